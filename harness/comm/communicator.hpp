@@ -1,0 +1,49 @@
+#pragma once
+// Communicator: the collectives cpbench uses, on top of a c10d::Backend, with blocking semantics
+// (every call waits for its Work). Tensors are passed contiguous; results are fresh tensors.
+//
+// Gloo handles CPU tensors for every call; NCCL handles CUDA tensors. Gloo cannot send/recv CUDA
+// tensors: callers (the ring transport) stage through host memory when backend() is Gloo.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace cpbench::comm {
+
+class Communicator {
+ public:
+  Communicator() = default;  // world of one: every collective is the identity
+  explicit Communicator(c10::intrusive_ptr<c10d::Backend> backend);
+
+  [[nodiscard]] int rank() const { return rank_; }
+  [[nodiscard]] int size() const { return size_; }
+  [[nodiscard]] bool is_gloo() const;
+
+  // [n, ...] on every rank -> [size * n, ...], rank r's block at rows [r*n, (r+1)*n).
+  [[nodiscard]] at::Tensor all_gather(const at::Tensor& local) const;
+  // [size * n, ...] -> [n, ...]: the sum over ranks of block `rank`.
+  [[nodiscard]] at::Tensor reduce_scatter_sum(const at::Tensor& full) const;
+  // In place.
+  void all_reduce_sum(at::Tensor& t) const;
+  void all_reduce_max(at::Tensor& t) const;
+  void send(const at::Tensor& t, int dst, int tag = 0) const;
+  void recv(at::Tensor& t, int src, int tag = 0) const;
+  // Posted send and receive of one exchange step; wait() completes both.
+  struct Exchange {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    void wait();
+  };
+  [[nodiscard]] Exchange post_exchange(const at::Tensor& send_buf, int dst, at::Tensor& recv_buf, int src,
+                                       int tag = 0) const;
+  void barrier() const;
+
+  [[nodiscard]] const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace cpbench::comm

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs what cpbench needs and builds it. Idempotent: silent when everything is already there.
+#   - Debian packages (yaml-cpp, gloo headers, nlohmann-json, CLI11, ccache, ninja, GoogleTest, Google Benchmark)
+#   - LibTorch from the PyPI wheel torch==${CPBENCH_TORCH_VERSION}, once, into ${CPBENCH_CACHE}
+#     (default ~/.cache/cpbench), reused by every clone on this machine
+#   - a CMake build in ${CPBENCH_BUILD_DIR} (default <repo>/build)
+# Sourced by scripts/cpbench and scripts/test; run directly to only install and build.
+set -euo pipefail
+
+CPBENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CPBENCH_TORCH_VERSION="${CPBENCH_TORCH_VERSION:-2.11.0}"
+CPBENCH_CACHE="${CPBENCH_CACHE:-$HOME/.cache/cpbench}"
+CPBENCH_BUILD_DIR="${CPBENCH_BUILD_DIR:-$CPBENCH_ROOT/build}"
+CPBENCH_TORCH_DIR="$CPBENCH_CACHE/torch-$CPBENCH_TORCH_VERSION"
+export CCACHE_DIR="${CCACHE_DIR:-$CPBENCH_CACHE/ccache}"
+# Precompiled headers and ccache only mix with these sloppiness settings.
+export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+
+say() { echo "cpbench setup: $*" >&2; }
+
+install_debian_packages() {
+  local pkgs=(cmake ninja-build g++ libyaml-cpp-dev libgloo-dev nlohmann-json3-dev libcli11-dev ccache
+              libgtest-dev libbenchmark-dev python3-pip)
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+install_torch() {
+  [ -f "$CPBENCH_TORCH_DIR/.complete" ] && return 0
+  say "installing LibTorch from PyPI torch==$CPBENCH_TORCH_VERSION into $CPBENCH_TORCH_DIR (one time, ~5 GB)"
+  mkdir -p "$CPBENCH_CACHE"
+  local tmp="$CPBENCH_TORCH_DIR.partial"
+  rm -rf "$tmp"
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$tmp" "torch==$CPBENCH_TORCH_VERSION"
+  rm -rf "$CPBENCH_TORCH_DIR"
+  mv "$tmp" "$CPBENCH_TORCH_DIR"
+  touch "$CPBENCH_TORCH_DIR/.complete"
+}
+
+build_cpbench() {
+  local log="$CPBENCH_BUILD_DIR/build.log"
+  mkdir -p "$CPBENCH_BUILD_DIR"
+  if [ ! -f "$CPBENCH_BUILD_DIR/build.ninja" ]; then
+    say "configuring build in $CPBENCH_BUILD_DIR"
+    if ! cmake -S "$CPBENCH_ROOT" -B "$CPBENCH_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+         -DCPBENCH_TORCH_DIR="$CPBENCH_TORCH_DIR" >"$log" 2>&1; then
+      cat "$log" >&2; say "configure failed (log: $log)"; return 1
+    fi
+  fi
+  # Only talk when there is something to build; the first build takes several minutes on 2 cores.
+  if ninja -C "$CPBENCH_BUILD_DIR" -n 2>/dev/null | grep -q "no work to do"; then return 0; fi
+  say "building (log: $log)"
+  if ! cmake --build "$CPBENCH_BUILD_DIR" -j "${CPBENCH_JOBS:-$(nproc)}" >>"$log" 2>&1; then
+    grep -E "error|Error|FAILED" -A5 "$log" | head -60 >&2; say "build failed (log: $log)"; return 1
+  fi
+}
+
+install_debian_packages
+install_torch
+build_cpbench

@@ -1,0 +1,23 @@
+// load_balanced (head-tail, zigzag, DualChunkSwap; PyTorch's default, NeMo's "round-robin"):
+// 2W chunks of c = P/2W, rank r owns chunks r and 2W-1-r in that order. Exactly balanced under a
+// causal mask.
+#include "sharders/layout.hpp"
+
+namespace cpbench {
+namespace {
+class LoadBalanced final : public Layout {
+ public:
+  std::string name() const override { return "load_balanced"; }
+  std::string summary() const override {
+    return "head-tail: rank r owns chunks r and 2W-1-r of size P/2W; pads to a multiple of 2W";
+  }
+  int64_t pad_multiple(int64_t cp) const override { return 2 * cp; }
+  GlobalLayout compute(const LayoutRequest& req) const override {
+    GlobalLayout g{name(), req.cp, req.seq_len, layout_math::checked_padded_len(*this, req), {}, {}, {}};
+    for (int64_t r = 0; r < req.cp; ++r) g.ranks.push_back(layout_math::head_tail(req.cp, g.padded_seq_len, r));
+    return g;
+  }
+};
+}  // namespace
+std::unique_ptr<Layout> make_load_balanced_layout() { return std::make_unique<LoadBalanced>(); }
+}  // namespace cpbench
