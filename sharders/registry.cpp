@@ -13,6 +13,7 @@ std::unique_ptr<Layout> make_load_balanced_layout();
 std::unique_ptr<Layout> make_striped_layout();
 std::unique_ptr<Layout> make_thd_layout();
 std::unique_ptr<Layout> make_sdpa_wrap_layout();
+std::unique_ptr<Layout> make_local_only_layout();
 
 namespace {
 struct Entry {
@@ -28,6 +29,7 @@ const std::vector<Entry>& entries() {
       {"striped", {}, make_striped_layout},
       {"thd", {}, make_thd_layout},
       {"sdpa_wrap", {}, make_sdpa_wrap_layout},
+      {"local_only", {}, make_local_only_layout},
   };
   return all;
 }
