@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "cpbench/version.hpp"
 #include "harness/layout_command.hpp"
+#include "harness/sweep.hpp"
 #include "sharders/check.hpp"
 #include "sharders/registry.hpp"
 
@@ -17,6 +19,14 @@ std::string version_text() {
   os << "cpbench " << cpbench::kVersion << " (commit " << cpbench::kGitCommit << "), torch " << TORCH_VERSION
      << ", CUDA " << (torch::cuda::is_available() ? "available (" + std::to_string(torch::cuda::device_count()) + " GPU)" : "not available");
   return os.str();
+}
+
+// scenarios/quickstart.yaml next to the executable's source tree, or in the working directory.
+std::string default_scenario() {
+  const std::string rel = "scenarios/quickstart.yaml";
+  if (std::filesystem::exists(rel)) return rel;
+  const std::string src = std::string(CPBENCH_SOURCE_DIR) + "/" + rel;
+  return src;
 }
 
 }  // namespace
@@ -35,6 +45,25 @@ int main(int argc, char** argv) {
   layout_cmd->add_option("--doc-lens", layout_opts.doc_lens, "document lengths for thd, e.g. 7,12,5")->delimiter(',');
   layout_cmd->add_option("--format", layout_opts.format, "table or json")->check(CLI::IsMember({"table", "json"}));
 
+  cpbench::RunOptions run_opts;
+  run_opts.scenario_file = default_scenario();
+  auto* run_cmd = app.add_subcommand("run", "run a scenario on real ranks and write report.json/.md/.html");
+  run_cmd->add_option("scenario", run_opts.scenario_file, "scenario YAML (default: scenarios/quickstart.yaml)");
+  run_cmd->add_option("--out", run_opts.out_dir, "output directory for the reports")->envname("CPBENCH_OUT");
+  run_cmd->add_option("--filter", run_opts.filter, "only cases whose name matches this regex")->envname("CPBENCH_FILTER");
+  run_cmd->add_option("-a,--axis", run_opts.overrides, "override a sweep axis, e.g. -a cp=[2,4] -a sharder=thd");
+
+  cpbench::RankCommandOptions rank_opts;
+  auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
+  rank_cmd->group("");  // hidden
+  rank_cmd->add_option("--scenario", rank_opts.scenario_file)->required();
+  rank_cmd->add_option("--cases", rank_opts.cases)->delimiter(',')->required();
+  rank_cmd->add_option("--results", rank_opts.results_dir)->required();
+  rank_cmd->add_option("-a", rank_opts.overrides);
+  rank_cmd->add_option("--progress-done", rank_opts.progress_done);
+  rank_cmd->add_option("--progress-total", rank_opts.progress_total);
+  rank_cmd->add_option("--elapsed-before", rank_opts.elapsed_before_s);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,6 +71,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*layout_cmd) return cpbench::run_layout_command(layout_opts);
+    if (*run_cmd) return cpbench::run_command(run_opts);
+    if (*rank_cmd) return cpbench::rank_command(rank_opts);
   } catch (const cpbench::UsageError& e) {
     std::cerr << "cpbench: " << e.what() << "\n";
     return 2;

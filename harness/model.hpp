@@ -1,0 +1,87 @@
+#pragma once
+// The test model: a small decoder-only transformer whose attention goes through a hook point.
+//
+// token embedding (or inputs_embeds) -> L x [RMSNorm -> GQA attention with RoPE (mRoPE when
+// position_ids is [C, B, S]) -> residual -> RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> LM head.
+// Shapes: input_ids [B, S] int64 or inputs_embeds [B, S, hidden]; logits [B, S, vocab].
+// Parameters are a pure function of (config, seed): every rank builds identical ones.
+#include <torch/torch.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cpbench {
+
+struct ModelConfig {
+  std::string preset = "tiny";
+  int64_t layers = 2;
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t vocab = 256;
+  int64_t ffn = 128;
+  double rope_theta = 10000.0;
+  std::vector<int64_t> mrope_sections;  // sums to head_dim/2 when mRoPE position_ids are used
+  uint64_t seed = 1234;
+  [[nodiscard]] int64_t head_dim() const { return hidden / heads; }
+  // Throws UsageError naming the field for impossible shapes.
+  void validate() const;
+  // "tiny" (CI) and "small"; throws UsageError listing the presets on an unknown name.
+  static ModelConfig preset_named(const std::string& name);
+};
+
+// Attention at the hook point: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D].
+using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+
+struct ModelOutput {
+  at::Tensor logits;  // [B, S, vocab]
+  at::Tensor x0;      // [B, S, hidden] the tensor entering layer 0 (its .grad() is dL/d(inputs_embeds))
+};
+
+class TinyTransformerImpl : public torch::nn::Module {
+ public:
+  TinyTransformerImpl(const ModelConfig& config, at::ScalarType dtype, const at::Device& device);
+
+  // `attention` is called once per layer; when the SDPA hook holds an override (see SdpaHookGuard),
+  // the override is called instead.
+  ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
+                      const at::Tensor& position_ids, const AttentionFn& attention);
+
+  [[nodiscard]] const ModelConfig& config() const { return config_; }
+  // The SDPA hook point: empty = call the attention passed to forward().
+  AttentionFn sdpa_hook;
+
+ private:
+  ModelConfig config_;
+  torch::nn::Embedding embed_{nullptr};
+  struct Layer {
+    at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_, lm_head_;
+};
+TORCH_MODULE(TinyTransformer);
+
+// Installs `fn` at the model's SDPA hook point for its lifetime and restores the previous hook on
+// destruction, also when the forward throws (the compile-safe SDPA wrap).
+class SdpaHookGuard {
+ public:
+  SdpaHookGuard(TinyTransformerImpl& model, AttentionFn fn);
+  ~SdpaHookGuard();
+  SdpaHookGuard(const SdpaHookGuard&) = delete;
+  SdpaHookGuard& operator=(const SdpaHookGuard&) = delete;
+
+ private:
+  TinyTransformerImpl& model_;
+  AttentionFn previous_;
+};
+
+// Sum over tokens of cross-entropy(logits, labels) * loss_mask, labels == -100 ignored; float64 scalar.
+[[nodiscard]] at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& labels,
+                                        const std::optional<at::Tensor>& loss_mask);
+// Number of tokens that count towards the loss (labels != -100 and loss_mask != 0).
+[[nodiscard]] at::Tensor valid_token_count(const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask);
+
+}  // namespace cpbench

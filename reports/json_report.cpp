@@ -1,0 +1,133 @@
+#include "reports/json_report.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace cpbench {
+
+using nlohmann::json;
+
+json to_json(const RunResult& r) {
+  json j;
+  j["index"] = r.index;
+  j["name"] = r.name;
+  j["axes"] = r.axes;
+  j["expect"] = r.expect;
+  j["status"] = r.status;
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  if (!r.outcome.empty()) j["outcome"] = r.outcome;
+  j["wall_s"] = r.wall_s;
+  json errs = json::array();
+  for (const auto& e : r.errors)
+    errs.push_back({{"tensor", e.tensor}, {"max_abs", e.max_abs}, {"max_rel", e.max_rel}, {"tolerance", e.tolerance},
+                    {"ok", e.ok}, {"worst", e.worst}});
+  j["errors"] = errs;
+  json metrics = json::object();
+  for (const auto& m : r.metrics) metrics[m.name] = {{"value", m.value}, {"unit", m.unit}, {"spread", m.spread}};
+  j["metrics"] = metrics;
+  json ranks = json::array();
+  for (const auto& s : r.ranks)
+    ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
+                     {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}});
+  j["ranks"] = ranks;
+  return j;
+}
+
+RunResult run_result_from_json(const json& j) {
+  RunResult r;
+  r.index = j.value("index", 0);
+  r.name = j.value("name", "");
+  r.axes = j.value("axes", std::map<std::string, std::string>{});
+  r.expect = j.value("expect", "match");
+  r.status = j.value("status", "failed");
+  r.reason = j.value("reason", "");
+  r.outcome = j.value("outcome", "");
+  r.wall_s = j.value("wall_s", 0.0);
+  for (const auto& e : j.value("errors", json::array()))
+    r.errors.push_back({e.value("tensor", ""), e.value("max_abs", 0.0), e.value("max_rel", 0.0),
+                        e.value("tolerance", 0.0), e.value("ok", false), e.value("worst", "")});
+  for (const auto& [name, m] : j.value("metrics", json::object()).items())
+    r.metrics.push_back({name, m.value("value", 0.0), m.value("unit", ""), m.value("spread", 0.0)});
+  for (const auto& s : j.value("ranks", json::array()))
+    r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
+                       s.value("bytes_sent", 0.0), s.value("comm_s", 0.0)});
+  return r;
+}
+
+json to_json(const Report& r) {
+  json j;
+  j["schema"] = "cpbench-report";
+  j["schema_version"] = r.schema_version;
+  j["scenario"] = {{"name", r.scenario_name}, {"file", r.scenario_file}};
+  j["environment"] = {{"cpbench_version", r.env.cpbench_version}, {"git_commit", r.env.git_commit},
+                      {"torch_version", r.env.torch_version},     {"device", r.env.device},
+                      {"cuda_available", r.env.cuda_available},   {"world_size", r.env.world_size},
+                      {"host", r.env.host},                       {"started_at", r.env.started_at},
+                      {"launcher", r.env.launcher}};
+  j["partial"] = r.partial;
+  if (!r.partial_reason.empty()) j["partial_reason"] = r.partial_reason;
+  j["total_cases"] = r.total_cases;
+  int64_t ok = 0, failed = 0, skipped = 0;
+  json results = json::array();
+  for (const auto& c : r.results) {
+    results.push_back(to_json(c));
+    ok += c.status == "ok";
+    failed += c.status == "failed";
+    skipped += c.status == "skipped";
+  }
+  j["summary"] = {{"ok", ok}, {"failed", failed}, {"skipped", skipped}, {"completed", r.results.size()}};
+  j["results"] = results;
+  return j;
+}
+
+Report report_from_json(const json& j) {
+  if (j.value("schema", "") != "cpbench-report")
+    throw std::runtime_error("not a cpbench report (missing \"schema\": \"cpbench-report\")");
+  Report r;
+  r.schema_version = j.value("schema_version", 0);
+  if (r.schema_version != 1)
+    throw std::runtime_error("unsupported report schema_version " + std::to_string(r.schema_version) + " (this cpbench reads 1)");
+  const auto sc = j.value("scenario", json::object());
+  r.scenario_name = sc.value("name", "");
+  r.scenario_file = sc.value("file", "");
+  const auto e = j.value("environment", json::object());
+  r.env.cpbench_version = e.value("cpbench_version", "");
+  r.env.git_commit = e.value("git_commit", "");
+  r.env.torch_version = e.value("torch_version", "");
+  r.env.device = e.value("device", "");
+  r.env.cuda_available = e.value("cuda_available", false);
+  r.env.world_size = e.value("world_size", 0);
+  r.env.host = e.value("host", "");
+  r.env.started_at = e.value("started_at", "");
+  r.env.launcher = e.value("launcher", "");
+  r.partial = j.value("partial", false);
+  r.partial_reason = j.value("partial_reason", "");
+  r.total_cases = j.value("total_cases", 0);
+  for (const auto& c : j.value("results", json::array())) r.results.push_back(run_result_from_json(c));
+  return r;
+}
+
+void write_json_file(const std::string& path, const json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(path + ": cannot write");
+    out << j.dump(2) << "\n";
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename " + tmp);
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace cpbench

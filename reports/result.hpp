@@ -1,0 +1,74 @@
+#pragma once
+// Plain result records. The harness fills them; reporters only read them.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cpbench {
+
+// A named measurement with its unit ("tokens/s", "s", "bytes", "B/s", "flop", "ratio").
+struct Metric {
+  std::string name;
+  double value = 0;
+  std::string unit;
+  double spread = 0;  // for timed metrics: (max - min) / median over the timed iterations; 0 otherwise
+};
+
+// The comparison of one tensor of the CP run against the single-rank reference.
+struct TensorError {
+  std::string tensor;      // "loss", "logits", "grad:inputs_embeds", "grad:layer0.wq", ...
+  double max_abs = 0;      // max |cp - ref|
+  double max_rel = 0;      // max |cp - ref| / max |ref|
+  double tolerance = 0;    // on max_rel
+  bool ok = true;
+  std::string worst;       // "(b=0, s=17, h=3) owned by rank 1: cp=0.123 ref=0.456"
+};
+
+struct RankStats {
+  int rank = 0;
+  double attention_s = 0;      // median per step
+  double attention_flops = 0;  // per step (forward), under the actual mask
+  double bytes_sent = 0;       // per step
+  double comm_s = 0;           // per step, exposed
+};
+
+struct RunResult {
+  int64_t index = 0;
+  std::string name;
+  std::map<std::string, std::string> axes;  // sharder, transport, cp, dp, mask, dtype, device
+  std::string expect = "match";
+  std::string status = "ok";  // ok | skipped | failed
+  std::string reason;         // why skipped / failed
+  std::string outcome;        // match | mismatch (empty when the check did not run)
+  std::vector<TensorError> errors;
+  std::vector<Metric> metrics;
+  std::vector<RankStats> ranks;
+  double wall_s = 0;
+
+  [[nodiscard]] const Metric* metric(const std::string& name) const {
+    for (const auto& m : metrics)
+      if (m.name == name) return &m;
+    return nullptr;
+  }
+};
+
+struct Environment {
+  std::string cpbench_version, git_commit, torch_version, device, host, started_at;
+  bool cuda_available = false;
+  int world_size = 0;  // largest world size used
+  std::string launcher;  // "spawned" | "joined"
+};
+
+struct Report {
+  int schema_version = 1;
+  std::string scenario_name, scenario_file;
+  Environment env;
+  bool partial = false;       // true while running or after an interruption
+  std::string partial_reason;
+  int64_t total_cases = 0;
+  std::vector<RunResult> results;
+};
+
+}  // namespace cpbench

@@ -1,0 +1,295 @@
+#include "reports/text_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace cpbench {
+namespace {
+
+std::string num(double v, int digits = 3) {
+  if (!std::isfinite(v)) return v > 0 ? "inf" : (v < 0 ? "-inf" : "nan");
+  std::ostringstream os;
+  os << std::setprecision(digits) << v;
+  return os.str();
+}
+
+std::string metric_text(const RunResult& r, const std::string& name, int digits = 3) {
+  const Metric* m = r.metric(name);
+  return m ? num(m->value, digits) : "";
+}
+
+double worst_rel(const RunResult& r, std::string* which = nullptr) {
+  double w = 0;
+  for (const auto& e : r.errors)
+    if (e.max_rel >= w) {
+      w = e.max_rel;
+      if (which) *which = e.tensor;
+    }
+  return w;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+int64_t count_status(const Report& rep, const std::string& status) {
+  int64_t n = 0;
+  for (const auto& r : rep.results) n += r.status == status;
+  return n;
+}
+
+std::string axis(const RunResult& r, const std::string& key) {
+  auto it = r.axes.find(key);
+  return it == r.axes.end() ? "" : it->second;
+}
+
+const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+// Line chart: tokens/s against cp, one line per sharder (for each transport/mask/dtype series).
+std::string svg_throughput(const Report& rep) {
+  std::map<std::string, std::map<int, double>> series;  // label -> cp -> tokens/s
+  for (const auto& r : rep.results) {
+    const Metric* m = r.metric("tokens_per_s");
+    if (!m || r.status != "ok") continue;
+    std::string label = axis(r, "sharder") + " / " + axis(r, "transport") + " / " + axis(r, "mask") + " / " + axis(r, "dtype");
+    series[label][std::stoi(axis(r, "cp"))] = m->value;
+  }
+  if (series.empty()) return "<p>No throughput measured.</p>";
+  double ymax = 0;
+  int xmax = 1;
+  for (const auto& [l, pts] : series)
+    for (const auto& [x, y] : pts) {
+      ymax = std::max(ymax, y);
+      xmax = std::max(xmax, x);
+    }
+  const int W = 720, H = 320, L = 70, R = 260, T = 20, B = 40;
+  auto px = [&](double x) { return L + (xmax > 1 ? (x - 1) / (xmax - 1) : 0.5) * (W - L - R); };
+  auto py = [&](double y) { return T + (1 - y / (ymax * 1.1)) * (H - T - B); };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='11'>";
+  s << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B << "' stroke='#333'/>";
+  s << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='#333'/>";
+  for (int x = 1; x <= xmax; ++x)
+    s << "<text x='" << px(x) << "' y='" << H - B + 15 << "' text-anchor='middle'>" << x << "</text>";
+  for (int k = 0; k <= 4; ++k) {
+    double y = ymax * 1.1 * k / 4;
+    s << "<text x='" << L - 5 << "' y='" << py(y) + 4 << "' text-anchor='end'>" << num(y, 3) << "</text>";
+    s << "<line x1='" << L << "' y1='" << py(y) << "' x2='" << W - R << "' y2='" << py(y) << "' stroke='#eee'/>";
+  }
+  s << "<text x='" << (L + W - R) / 2 << "' y='" << H - 5 << "' text-anchor='middle'>CP size W</text>";
+  s << "<text x='12' y='" << (T + H - B) / 2 << "' transform='rotate(-90 12 " << (T + H - B) / 2
+    << ")' text-anchor='middle'>tokens/s</text>";
+  int i = 0;
+  for (const auto& [label, pts] : series) {
+    const char* col = kPalette[i % 8];
+    std::string path;
+    for (const auto& [x, y] : pts) path += (path.empty() ? "M" : " L") + num(px(x), 6) + " " + num(py(y), 6);
+    s << "<path d='" << path << "' fill='none' stroke='" << col << "' stroke-width='2'/>";
+    for (const auto& [x, y] : pts)
+      s << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='3' fill='" << col << "'><title>" << html_escape(label)
+        << " cp=" << x << ": " << num(y, 4) << " tokens/s</title></circle>";
+    s << "<rect x='" << W - R + 10 << "' y='" << T + i * 14 << "' width='10' height='10' fill='" << col << "'/>";
+    s << "<text x='" << W - R + 24 << "' y='" << T + i * 14 + 9 << "'>" << html_escape(label) << "</text>";
+    ++i;
+    if (i >= 20) break;
+  }
+  s << "</svg>";
+  return s.str();
+}
+
+// Per-rank attention work bars for one case, normalized to the mean (1.0 = balanced).
+std::string svg_rank_bars(const RunResult& r, const std::string& what) {
+  std::vector<double> v;
+  for (const auto& rs : r.ranks) v.push_back(what == "flops" ? rs.attention_flops : rs.attention_s);
+  if (v.size() < 2) return "";
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  if (mean <= 0) return "";
+  const int bw = 26, H = 90, top = 10;
+  const double vmax = std::max(2.0, *std::max_element(v.begin(), v.end()) / mean);
+  std::ostringstream s;
+  const int width = static_cast<int>(v.size()) * (bw + 6) + 40;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << H + 28
+    << "' font-family='sans-serif' font-size='10'>";
+  const double y1 = top + (1 - 1.0 / vmax) * H;
+  for (size_t k = 0; k < v.size(); ++k) {
+    const double rel = v[k] / mean;
+    const double h = rel / vmax * H;
+    const double x = 30 + static_cast<double>(k) * (bw + 6);
+    const char* col = rel > 1.15 ? "#d62728" : (rel < 0.85 ? "#ff7f0e" : "#2ca02c");
+    s << "<rect x='" << x << "' y='" << top + H - h << "' width='" << bw << "' height='" << h << "' fill='" << col
+      << "'><title>rank " << k << ": " << num(rel, 3) << "x mean</title></rect>";
+    s << "<text x='" << x + bw / 2.0 << "' y='" << top + H + 12 << "' text-anchor='middle'>r" << k << "</text>";
+  }
+  s << "<line x1='25' x2='" << width << "' y1='" << y1 << "' y2='" << y1 << "' stroke='#333' stroke-dasharray='3,2'/>";
+  s << "<text x='0' y='" << y1 + 3 << "'>mean</text>";
+  s << "</svg>";
+  return s.str();
+}
+
+// Error magnitudes: log10 of the worst relative error of each case against its tolerance.
+std::string svg_errors(const Report& rep) {
+  std::vector<std::pair<std::string, std::pair<double, double>>> pts;
+  for (const auto& r : rep.results) {
+    if (r.errors.empty()) continue;
+    pts.push_back({r.name, {worst_rel(r), r.errors.front().tolerance}});
+  }
+  if (pts.empty()) return "<p>No reference comparisons.</p>";
+  const int rowh = 14, W = 720, L = 330;
+  const int H = static_cast<int>(pts.size()) * rowh + 30;
+  auto px = [&](double rel) {
+    const double lg = std::log10(std::max(rel, 1e-18));
+    return L + (lg + 18) / 20.0 * (W - L - 20);  // 1e-18 .. 1e2
+  };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='monospace' font-size='10'>";
+  for (int e = -18; e <= 2; e += 2)
+    s << "<text x='" << px(std::pow(10.0, e)) << "' y='10' text-anchor='middle'>1e" << e << "</text>"
+      << "<line x1='" << px(std::pow(10.0, e)) << "' x2='" << px(std::pow(10.0, e)) << "' y1='14' y2='" << H
+      << "' stroke='#eee'/>";
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const double y = 24 + static_cast<double>(i) * rowh;
+    const auto [rel, tol] = pts[i].second;
+    s << "<text x='0' y='" << y + 4 << "'>" << html_escape(pts[i].first.substr(0, 52)) << "</text>";
+    s << "<line x1='" << px(tol) << "' x2='" << px(tol) << "' y1='" << y - 5 << "' y2='" << y + 5
+      << "' stroke='#333'/>";
+    s << "<circle cx='" << px(rel) << "' cy='" << y << "' r='4' fill='" << (rel <= tol ? "#2ca02c" : "#d62728")
+      << "'><title>max rel error " << num(rel, 3) << " (tolerance " << num(tol, 2) << ")</title></circle>";
+  }
+  s << "</svg>";
+  return s.str();
+}
+
+}  // namespace
+
+std::string summary_table(const Report& rep) {
+  std::ostringstream os;
+  os << "scenario " << rep.scenario_name << ": " << rep.results.size() << "/" << rep.total_cases << " cases, "
+     << count_status(rep, "ok") << " ok, " << count_status(rep, "failed") << " failed, "
+     << count_status(rep, "skipped") << " skipped" << (rep.partial ? " (PARTIAL: " + rep.partial_reason + ")" : "")
+     << "\n";
+  os << std::left << std::setw(46) << "case" << std::setw(9) << "status" << std::setw(10) << "outcome" << std::right
+     << std::setw(12) << "tokens/s" << std::setw(11) << "imbalance" << std::setw(12) << "max rel err" << "\n";
+  for (const auto& r : rep.results) {
+    os << std::left << std::setw(46) << r.name << std::setw(9) << r.status << std::setw(10)
+       << (r.outcome.empty() ? "-" : r.outcome) << std::right << std::setw(12) << metric_text(r, "tokens_per_s", 4)
+       << std::setw(11) << metric_text(r, "attention_flops_imbalance", 3) << std::setw(12)
+       << (r.errors.empty() ? "" : num(worst_rel(r), 2)) << "\n";
+    if (r.status != "ok" && !r.reason.empty()) os << "    " << r.reason.substr(0, 400) << "\n";
+  }
+  return os.str();
+}
+
+std::string markdown_report(const Report& rep) {
+  std::ostringstream os;
+  os << "# cpbench report: " << rep.scenario_name << "\n\n";
+  if (rep.partial) os << "**PARTIAL REPORT** (" << rep.partial_reason << "): " << rep.results.size() << " of " << rep.total_cases << " cases.\n\n";
+  os << "- scenario file: `" << rep.scenario_file << "`\n- cpbench " << rep.env.cpbench_version << " (commit "
+     << rep.env.git_commit << "), torch " << rep.env.torch_version << ", device " << rep.env.device << ", CUDA "
+     << (rep.env.cuda_available ? "available" : "not available") << "\n- host " << rep.env.host << ", world size up to "
+     << rep.env.world_size << ", ranks " << rep.env.launcher << ", started " << rep.env.started_at << "\n- "
+     << count_status(rep, "ok") << " ok, " << count_status(rep, "failed") << " failed, " << count_status(rep, "skipped")
+     << " skipped\n\n";
+  os << "## Cases\n\n| case | status | outcome | tokens/s | step (s) | spread | attention imbalance (flops) | attention imbalance (time) | bytes/rank | worst rel err |\n";
+  os << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rep.results) {
+    std::string which;
+    const double w = worst_rel(r, &which);
+    const Metric* st = r.metric("step_time_s");
+    os << "| " << r.name << " | " << r.status << " | " << (r.outcome.empty() ? "-" : r.outcome) << " | "
+       << metric_text(r, "tokens_per_s", 4) << " | " << metric_text(r, "step_time_s") << " | "
+       << (st ? num(st->spread * 100, 2) + "%" : "") << " | " << metric_text(r, "attention_flops_imbalance") << " | "
+       << metric_text(r, "attention_time_imbalance") << " | " << metric_text(r, "bytes_sent_per_rank") << " | "
+       << (r.errors.empty() ? "" : num(w, 2) + " (" + which + ")") << " |\n";
+  }
+  bool any_bad = false;
+  for (const auto& r : rep.results) any_bad = any_bad || (r.status != "ok" && !r.reason.empty());
+  if (any_bad) {
+    os << "\n## Failed and skipped cases\n\n";
+    for (const auto& r : rep.results)
+      if (r.status != "ok" && !r.reason.empty()) os << "- **" << r.name << "** (" << r.status << "): " << r.reason << "\n";
+  }
+  os << "\n## Phases (median seconds per step)\n\n| case | shard | forward | backward | gather | attention comm |\n|---|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rep.results) {
+    if (!r.metric("phase_forward_s")) continue;
+    os << "| " << r.name << " | " << metric_text(r, "phase_shard_s") << " | " << metric_text(r, "phase_forward_s") << " | "
+       << metric_text(r, "phase_backward_s") << " | " << metric_text(r, "phase_gather_s") << " | "
+       << metric_text(r, "phase_attention_comm_s") << " |\n";
+  }
+  os << "\n## Per-rank attention work\n\n| case | rank | attention time (s) | attention FLOPs | bytes sent |\n|---|---:|---:|---:|---:|\n";
+  for (const auto& r : rep.results)
+    for (const auto& rs : r.ranks)
+      os << "| " << r.name << " | " << rs.rank << " | " << num(rs.attention_s) << " | " << num(rs.attention_flops, 4)
+         << " | " << num(rs.bytes_sent, 4) << " |\n";
+  return os.str();
+}
+
+std::string html_report(const Report& rep) {
+  std::ostringstream os;
+  os << "<!doctype html><html><head><meta charset='utf-8'><title>cpbench: " << html_escape(rep.scenario_name)
+     << "</title><style>body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
+        ".ok{color:#2ca02c}.failed{color:#d62728;font-weight:bold}.skipped{color:#888}.partial{background:#fee;padding:8px;border:1px solid #d62728}"
+        ".bars{display:inline-block;margin:6px 18px 6px 0;vertical-align:top;font-size:11px}</style></head><body>";
+  os << "<h1>cpbench report: " << html_escape(rep.scenario_name) << "</h1>";
+  if (rep.partial)
+    os << "<p class='partial'>PARTIAL REPORT (" << html_escape(rep.partial_reason) << "): " << rep.results.size()
+       << " of " << rep.total_cases << " cases.</p>";
+  os << "<p>cpbench " << html_escape(rep.env.cpbench_version) << " (commit " << html_escape(rep.env.git_commit)
+     << "), torch " << html_escape(rep.env.torch_version) << ", device " << html_escape(rep.env.device) << ", host "
+     << html_escape(rep.env.host) << ", world size up to " << rep.env.world_size << ", started "
+     << html_escape(rep.env.started_at) << ". " << count_status(rep, "ok") << " ok, " << count_status(rep, "failed")
+     << " failed, " << count_status(rep, "skipped") << " skipped.</p>";
+  os << "<h2>Per-rank attention work (1.0 = mean; red bars = the stragglers that set the step time)</h2>";
+  for (const auto& r : rep.results) {
+    std::string bars = svg_rank_bars(r, "flops");
+    if (bars.empty()) continue;
+    os << "<div class='bars'>" << html_escape(r.name) << "<br>imbalance " << metric_text(r, "attention_flops_imbalance")
+       << " (time " << metric_text(r, "attention_time_imbalance") << ")<br>" << bars << "</div>";
+  }
+  os << "<h2>Throughput against CP size</h2>" << svg_throughput(rep);
+  os << "<h2>Error against the single-rank reference (max relative error; tick = tolerance)</h2>" << svg_errors(rep);
+  os << "<h2>Cases</h2><table><tr><th>case</th><th>status</th><th>outcome</th><th>tokens/s</th><th>step s</th>"
+        "<th>imbalance</th><th>bytes/rank</th><th>worst rel err</th><th>reason</th></tr>";
+  for (const auto& r : rep.results) {
+    std::string which;
+    const double w = worst_rel(r, &which);
+    os << "<tr><td>" << html_escape(r.name) << "</td><td class='" << r.status << "'>" << r.status << "</td><td>"
+       << (r.outcome.empty() ? "-" : r.outcome) << "</td><td>" << metric_text(r, "tokens_per_s", 4) << "</td><td>"
+       << metric_text(r, "step_time_s") << "</td><td>" << metric_text(r, "attention_flops_imbalance") << "</td><td>"
+       << metric_text(r, "bytes_sent_per_rank") << "</td><td>" << (r.errors.empty() ? "" : num(w, 2) + " " + html_escape(which))
+       << "</td><td style='text-align:left'>" << html_escape(r.reason) << "</td></tr>";
+  }
+  os << "</table></body></html>\n";
+  return os.str();
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(path + ": cannot write");
+    out << text;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename " + tmp);
+}
+
+}  // namespace cpbench
