@@ -1,0 +1,108 @@
+// Scenario parsing: one place, precise errors naming file and key, cartesian product of cases.
+#include <gtest/gtest.h>
+
+#include "harness/scenario.hpp"
+#include "sharders/check.hpp"
+
+using namespace cpbench;
+
+namespace {
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    (void)parse_scenario(yaml, "scenarios/x.yaml", overrides);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Scenario, IssueExampleExpandsToTheCartesianProduct) {
+  const char* yaml = R"(
+name: quick-correctness
+model: {preset: tiny}
+batch: {batch_size: 1, seq_len: 250, documents: [100, 90, 60], padding_token_id: 0}
+mask: causal
+dtype: float64
+device: cpu
+sweep:
+  sharder: [contiguous, load_balanced, striped, thd, sdpa_wrap]
+  transport: [allgather, ring]
+  cp: [1, 2, 3, 4]
+expect: match
+)";
+  ScenarioSpec s = parse_scenario(yaml, "x.yaml");
+  EXPECT_EQ(s.name, "quick-correctness");
+  ASSERT_EQ(s.cases.size(), 5u * 2u * 4u);
+  EXPECT_EQ(s.cases[0].name(), "contiguous/allgather/cp1/causal/float64");
+  EXPECT_EQ(s.cases.back().name(), "sdpa_wrap/ring/cp4/causal/float64");
+  EXPECT_EQ(s.batch.documents.size(), 1u);
+  EXPECT_EQ(s.batch.documents[0], (std::vector<int64_t>{100, 90, 60}));
+  for (size_t i = 0; i < s.cases.size(); ++i) EXPECT_EQ(s.cases[i].index, static_cast<int64_t>(i));
+}
+
+TEST(Scenario, SweepBlocksAliasesAndOverrides) {
+  const char* yaml = R"(
+sweep:
+  - {sharder: round_robin, transport: ring, cp: [2, 3], mask: [causal, "sliding_window:16"]}
+  - {sharder: local_only, cp: 2, expect: mismatch}
+)";
+  ScenarioSpec s = parse_scenario(yaml, "x.yaml");
+  ASSERT_EQ(s.cases.size(), 5u);
+  EXPECT_EQ(s.cases[0].sharder, "load_balanced");  // alias resolved
+  EXPECT_EQ(s.cases[1].mask, "sliding_window:16");
+  EXPECT_EQ(s.cases[4].expect, "mismatch");
+  ScenarioSpec o = parse_scenario(yaml, "x.yaml", {"cp=[4]", "transport=allgather"});
+  ASSERT_EQ(o.cases.size(), 3u);
+  for (const auto& c : o.cases) {
+    EXPECT_EQ(c.cp, 4);
+    EXPECT_EQ(c.transport, "allgather");
+  }
+  EXPECT_EQ(filter_cases(s.cases, "cp3").size(), 2u);
+  EXPECT_EQ(filter_cases(s.cases, "^local_only/").size(), 1u);
+}
+
+TEST(Scenario, ErrorsNameFileAndKey) {
+  EXPECT_EQ(error_of("sweep: {cp: [1, 2, four]}"),
+            "scenarios/x.yaml: sweep.cp[2]: expected a positive integer, got \"four\"");
+  EXPECT_EQ(error_of("sweep: {cp: [0]}"), "scenarios/x.yaml: sweep.cp[0]: expected a positive integer, got \"0\"");
+  EXPECT_NE(error_of("batch: {seq_len: -3}").find("scenarios/x.yaml: batch.seq_len: expected a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("sweep: {sharder: [contiguos]}").find("sweep.sharder[0]: unknown sharder 'contiguos'; known sharders: contiguous"),
+            std::string::npos);
+  EXPECT_NE(error_of("sweep: {transport: carrier_pigeon}").find("sweep.transport: unknown transport"), std::string::npos);
+  EXPECT_NE(error_of("mask: diagonal").find("scenarios/x.yaml: mask:"), std::string::npos);
+  EXPECT_NE(error_of("dtype: float16").find("unknown dtype 'float16'"), std::string::npos);
+  EXPECT_NE(error_of("batch: {seq_len: 10, documents: [8, 8]}").find("batch.documents: documents sum to 16 tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {preset: huge}").find("model.preset: unknown preset 'huge'"), std::string::npos);
+  EXPECT_NE(error_of("model: {hidden: 60, heads: 8}").find("model.heads"), std::string::npos);
+  EXPECT_NE(error_of("name: [unclosed").find("scenarios/x.yaml: line 1"), std::string::npos);
+  EXPECT_NE(error_of("sweep: {cp: 2}", {"cp=[two]"}).find("-a cp=[two]: cp[0]: expected a positive integer"),
+            std::string::npos);
+}
+
+TEST(Scenario, UnknownKeysGetADidYouMean) {
+  const std::string e = error_of("sweeep: {cp: 2}");
+  EXPECT_NE(e.find("scenarios/x.yaml: sweeep: unknown key; did you mean 'sweep'?"), std::string::npos) << e;
+  const std::string e2 = error_of("batch: {seqlen: 2}");
+  EXPECT_NE(e2.find("batch.seqlen: unknown key; did you mean 'seq_len'?"), std::string::npos) << e2;
+  EXPECT_EQ(did_you_mean("transprot", {"sharder", "transport", "cp"}), "transport");
+  EXPECT_EQ(did_you_mean("zzzzzz", {"sharder", "transport", "cp"}), "");
+}
+
+TEST(Scenario, MissingFileIsOneLine) {
+  try {
+    (void)load_scenario("/nonexistent/x.yaml");
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/x.yaml: cannot open the scenario file");
+  }
+}
+
+TEST(Scenario, ShippedScenariosParse) {
+  for (const char* f : {"scenarios/quickstart.yaml", "scenarios/correctness.yaml"}) {
+    ScenarioSpec s = load_scenario(std::string(CPBENCH_SOURCE_DIR) + "/" + f);
+    EXPECT_FALSE(s.cases.empty()) << f;
+  }
+}
