@@ -23,7 +23,8 @@ struct LayoutCommandOptions {
 // Validates (UsageError on bad input) and computes the layout.
 [[nodiscard]] GlobalLayout compute_layout_for_command(const LayoutCommandOptions& options);
 [[nodiscard]] nlohmann::json layout_to_json(const GlobalLayout& layout);
-// Human-readable: one line per rank with its owned spans, e.g. "0-3, 12-15".
+// Human-readable: one line per rank with its owned spans, e.g. "0-3, 12-15", and how many of them are
+// padding (past original_seq_len; thd: past the document's real length inside its padded slot).
 [[nodiscard]] std::string layout_to_table(const GlobalLayout& layout);
 // "0-3, 12-15, 20"
 [[nodiscard]] std::string spans_text(const std::vector<int64_t>& positions);

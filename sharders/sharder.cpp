@@ -203,6 +203,12 @@ Batch Sharder::shard_packed(const Batch& in) {
   const int64_t W = options_.cp_size;
   CP_CHECK(!in.seq_lens_padded || in.seq_lens, who(), ": seq_lens_padded ", shape_of(*in.seq_lens_padded),
            " given without seq_lens");
+  // Rows are flattened into one stream, so an extra must carry the batch dim right before its
+  // sequence dim; any other batch size would flatten into the wrong tokens (or out of range).
+  for (const auto& [key, ex] : in.extras)
+    CP_CHECK(ex.seq_dim >= 1 && ex.tensor.size(ex.seq_dim - 1) == B, who(), ": extra_seq_buffers['", key,
+             "'] ", shape_of(ex.tensor), " with seq_dim ", ex.seq_dim, ": thd flattens [B, S] = [", B, ", ", S,
+             "] into one stream, so dims (seq_dim-1, seq_dim) must be [", B, ", ", S, "]");
   // Documents of each row: real length and slot width in the input row.
   struct Doc {
     int64_t row, in_offset, real, slot;
@@ -244,7 +250,8 @@ Batch Sharder::shard_packed(const Batch& in) {
   for (const auto& d : docs) req.doc_lens.push_back(d.slot);
   ShardLayout sl;
   sl.global = layout_->compute(req);
-  const auto& cu_pad = sl.global.cu_seqlens_padded;
+  // A copy: `sl` is moved into shard_layout_ before the batch's cu_seqlens_padded is written.
+  const std::vector<int64_t> cu_pad = sl.global.cu_seqlens_padded;
   const int64_t P = sl.global.padded_seq_len;
   sl.padded_seq_len = P;
   sl.input_row_shape = std::vector<int64_t>{B, S};
@@ -274,6 +281,8 @@ Batch Sharder::shard_packed(const Batch& in) {
       if (k >= doc.real) pad_slots.push_back(start + k);
     }
   }
+  // The layout was asked for slot widths; GlobalLayout::cu_seqlens promises real lengths.
+  sl.global.cu_seqlens = cu_real;
   bool moved = P != B * S;
   for (int64_t p = 0; !moved && p < P; ++p) moved = sl.stream_source[static_cast<size_t>(p)] != p;
   if (moved) {
@@ -377,6 +386,8 @@ at::Tensor Sharder::gather_token_tensor(const std::vector<at::Tensor>& parts, in
                                         std::optional<at::Scalar> fill) const {
   CP_CHECK(static_cast<int64_t>(parts.size()) == options_.cp_size, who(), ": gather_token_tensor needs one shard per rank (",
            options_.cp_size, "), got ", parts.size());
+  CP_CHECK(seq_dim >= 0 && seq_dim < parts[0].dim(), who(), ": gather_token_tensor: seq_dim ", seq_dim,
+           " is outside a shard of shape ", shape_of(parts[0]));
   for (size_t r = 0; r < parts.size(); ++r)
     CP_CHECK(parts[r].sizes() == parts[0].sizes(), who(), ": gather_token_tensor: rank ", r, "'s shard ",
              shape_of(parts[r]), " differs from rank 0's ", shape_of(parts[0]));

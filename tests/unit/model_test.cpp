@@ -59,7 +59,7 @@ TEST(Model, SdpaHookGuardInstallsAndRestoresEvenOnExceptions) {
 
 TEST(Model, LossIsNormalizedByValidTokensAndIgnoresMaskedOnes) {
   at::Tensor logits = at::randn({1, 4, 5}, at::kDouble);
-  at::Tensor labels = at::tensor({1, kIgnoreIndex, 3, 4}, at::kLong).view({1, 4});
+  at::Tensor labels = at::tensor({int64_t{1}, kIgnoreIndex, int64_t{3}, int64_t{4}}, at::kLong).view({1, 4});
   at::Tensor mask = at::tensor({1, 1, 0, 1}, at::kLong).view({1, 4});
   EXPECT_DOUBLE_EQ(valid_token_count(labels, mask).item<double>(), 2.0);
   at::Tensor lp = at::log_softmax(logits, -1);

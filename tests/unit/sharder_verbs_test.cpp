@@ -1,0 +1,598 @@
+// The Sharder verbs, one Sharder per rank in one process: shard -> gather round-trips exactly for every
+// layout, the pad rule of DESIGN.md holds for every key, THD follows the reference (§6.1/6.4) and the
+// token verbs (local_token_global_indices, shard_token_tensor, gather_token_tensor) behave as the
+// header says, including gradients through the gather.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "sharder_test_util.hpp"
+
+using namespace cpbench;
+using namespace cpbench::test;
+
+namespace {
+
+const std::vector<int64_t> kLengths = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 64, 100, 257};
+const std::vector<std::string> kUnpacked = {"contiguous", "load_balanced", "striped", "sdpa_wrap", "round_robin"};
+
+BatchSpec variant(int64_t v, int64_t S) {
+  BatchSpec sp;
+  sp.S = S;
+  switch (v % 4) {
+    case 0: break;  // input_ids, position_ids [B, S], loss/padding masks, extras
+    case 1:
+      sp.embeds = true;
+      sp.positions = Positions::mrope;
+      sp.padding_mask = false;
+      break;
+    case 2:
+      sp.positions = Positions::none;
+      sp.padding_mask = false;
+      sp.extras = false;
+      sp.seq_first_extra = false;
+      break;
+    case 3:
+      sp.B = 3;
+      sp.positions = Positions::one_s;
+      sp.loss_mask = false;
+      break;
+  }
+  return sp;
+}
+
+std::string describe(const std::string& name, int64_t W, const BatchSpec& sp) {
+  return cpbench::detail::concat(name, " W=", W, " B=", sp.B, " S=", sp.S, sp.embeds ? " embeds" : " ids",
+                        " positions=", static_cast<int>(sp.positions));
+}
+
+std::vector<at::Tensor> parts_of(const std::vector<Batch>& locals, const Key& key) {
+  std::vector<at::Tensor> parts;
+  for (const auto& l : locals) {
+    auto t = key.get(l);
+    EXPECT_TRUE(t.has_value()) << key.name << " missing from a local batch";
+    if (t) parts.push_back(*t);
+  }
+  return parts;
+}
+
+void check_unpacked_round_trip(const std::string& name, int64_t W, const BatchSpec& sp) {
+  SCOPED_TRACE(describe(name, W, sp));
+  const Batch in = make_batch(sp);
+  const int64_t B = sp.B, S = sp.S;
+  auto sh = sharders_for(name, W);
+  std::vector<Batch> locals;
+  for (auto& s : sh) locals.push_back(s.shard(in));
+  LayoutRequest req;
+  req.cp = W;
+  req.seq_len = S;
+  const GlobalLayout g = make_layout(name)->compute(req);
+  const int64_t P = g.padded_seq_len;
+
+  for (int64_t r = 0; r < W; ++r) {
+    const ShardLayout& L = sh[static_cast<size_t>(r)].shard_layout();
+    ASSERT_EQ(L.original_seq_len, S);
+    ASSERT_EQ(L.padded_seq_len, P);
+    EXPECT_FALSE(L.input_row_shape.has_value());
+    EXPECT_FALSE(L.input_token_stream_positions.has_value());
+    EXPECT_EQ(to_vec(sh[static_cast<size_t>(r)].local_token_global_indices(P)), g.ranks[static_cast<size_t>(r)]);
+    EXPECT_FALSE(locals[static_cast<size_t>(r)].cu_seqlens.has_value());
+  }
+
+  for (const Key& key : keys_of(in)) {
+    SCOPED_TRACE(key.name);
+    const std::vector<at::Tensor> parts = parts_of(locals, key);
+    ASSERT_EQ(static_cast<int64_t>(parts.size()), W);
+    at::Tensor input = *key.get(in);
+    if (key.name == "position_ids" && input.dim() == 2 && input.size(0) != B) input = input.expand({B, S});
+    const at::Tensor padded = expected_padded(input, key.seq_dim, P, key.fill);
+    for (int64_t r = 0; r < W; ++r)
+      EXPECT_TRUE(same(parts[static_cast<size_t>(r)],
+                       padded.index_select(key.seq_dim, idx_tensor(g.ranks[static_cast<size_t>(r)]))))
+          << "rank " << r;
+    EXPECT_TRUE(same(sh[0].gather_token_tensor(parts, key.seq_dim, false), padded));
+    EXPECT_TRUE(same(sh[static_cast<size_t>(W - 1)].gather_token_tensor(parts, key.seq_dim, true), input));
+    // restore_gathered is what gather does after an all-gather.
+    EXPECT_TRUE(same(sh[0].restore_gathered(at::cat(parts, key.seq_dim), key.seq_dim, true), input));
+  }
+
+  // Keys the sharder synthesizes.
+  if (!in.position_ids) {
+    at::Tensor expected = at::arange(P, at::kLong).unsqueeze(0).expand({B, P});
+    for (int64_t r = 0; r < W; ++r)
+      EXPECT_TRUE(same(*locals[static_cast<size_t>(r)].position_ids,
+                       expected.index_select(1, idx_tensor(g.ranks[static_cast<size_t>(r)]))));
+  }
+  if (!in.padding_mask) {
+    for (int64_t r = 0; r < W; ++r) {
+      const auto& pm = locals[static_cast<size_t>(r)].padding_mask;
+      if (P == S) {
+        EXPECT_FALSE(pm.has_value()) << "no padding, no mask asked for";
+        continue;
+      }
+      ASSERT_TRUE(pm.has_value());
+      at::Tensor expected = (at::arange(P, at::kLong) >= S).unsqueeze(0).expand({B, P});
+      EXPECT_TRUE(same(*pm, expected.index_select(1, idx_tensor(g.ranks[static_cast<size_t>(r)]))));
+    }
+  }
+}
+
+}  // namespace
+
+TEST(SharderVerbs, UnpackedShardGatherRoundTripsForEveryLayoutCpAndLength) {
+  for (const auto& name : kUnpacked)
+    for (int64_t W = 1; W <= 8; ++W)
+      for (size_t i = 0; i < kLengths.size(); ++i) check_unpacked_round_trip(name, W, variant(W + static_cast<int64_t>(i), kLengths[i]));
+}
+
+TEST(SharderVerbs, UnpackedEveryBatchVariantAtOneShape) {
+  for (const auto& name : kUnpacked)
+    for (int64_t v = 0; v < 4; ++v) {
+      check_unpacked_round_trip(name, 3, variant(v, 7));
+      check_unpacked_round_trip(name, 4, variant(v, 16));
+    }
+}
+
+TEST(SharderVerbs, LocalBatchCarriesSeqLensThroughForUnpackedLayouts) {
+  BatchSpec sp;
+  Batch in = make_batch(sp);
+  in.seq_lens = at::tensor({3, 5, 4, -1000}, at::kLong).view({2, 2});
+  auto sh = sharders_for("load_balanced", 2);
+  const Batch out = sh[1].shard(in);
+  ASSERT_TRUE(out.seq_lens.has_value());
+  EXPECT_TRUE(same(*out.seq_lens, *in.seq_lens));
+  EXPECT_EQ(out.input_ids->sizes(), (std::vector<int64_t>{2, 4}));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// THD
+// ---------------------------------------------------------------------------------------------------
+namespace {
+
+struct ThdCase {
+  std::string what;
+  int64_t B, S;
+  RowDocs rows;         // empty: no seq_lens (each row one document)
+  bool with_slots = true;  // pass seq_lens_padded
+};
+
+void check_thd_round_trip(const ThdCase& c, int64_t W, BatchSpec sp) {
+  sp.B = c.B;
+  sp.S = c.S;
+  sp.seq_first_extra = false;  // thd flattens the batch dim: seq_dim 0 has none before it
+  SCOPED_TRACE(describe("thd " + c.what, W, sp));
+  Batch in = make_batch(sp);
+  RowDocs rows = c.rows;
+  if (rows.empty()) {
+    rows.assign(static_cast<size_t>(c.B), {DocSpec{c.S, c.S}});
+  } else {
+    auto [lens, slots] = seq_lens_of(rows);
+    in.seq_lens = lens;
+    if (c.with_slots) in.seq_lens_padded = slots;
+  }
+  const StreamPlan plan = plan_stream(W, c.B, c.S, rows);
+  const int64_t P = plan.P(), B = c.B, S = c.S;
+
+  auto sh = sharders_for("thd", W);
+  std::vector<Batch> locals;
+  for (auto& s : sh) locals.push_back(s.shard(in));
+
+  const ShardLayout& L = sh[0].shard_layout();
+  ASSERT_EQ(L.padded_seq_len, P);
+  EXPECT_FALSE(L.original_seq_len.has_value());
+  ASSERT_TRUE(L.input_row_shape.has_value());
+  EXPECT_EQ(*L.input_row_shape, (std::vector<int64_t>{B, S}));
+  EXPECT_EQ(L.global.cu_seqlens_padded, plan.cu_padded);
+  EXPECT_EQ(L.global.cu_seqlens, plan.cu_real) << "GlobalLayout::cu_seqlens holds real lengths";
+  std::vector<int64_t> source;
+  for (const auto& sl : plan.slots) source.push_back(sl.col >= 0 ? sl.row * S + sl.col : -1);
+  EXPECT_EQ(L.stream_source, source);
+  EXPECT_EQ(L.input_token_stream_positions.has_value(), !plan.identity);
+  if (L.input_token_stream_positions) {
+    EXPECT_EQ(L.input_token_stream_positions->sizes(), (std::vector<int64_t>{B, S}));
+    EXPECT_EQ(to_vec(*L.input_token_stream_positions), plan.input_pos);
+  }
+  for (int64_t r = 0; r < W; ++r) {
+    const Batch& l = locals[static_cast<size_t>(r)];
+    ASSERT_TRUE(l.cu_seqlens && l.cu_seqlens_padded);
+    EXPECT_EQ(l.cu_seqlens->scalar_type(), at::kInt);
+    EXPECT_EQ(l.cu_seqlens_padded->scalar_type(), at::kInt);
+    EXPECT_EQ(to_vec(*l.cu_seqlens), plan.cu_real);
+    EXPECT_EQ(to_vec(*l.cu_seqlens_padded), plan.cu_padded);
+    EXPECT_EQ(l.max_seqlen, plan.max_padded);
+    EXPECT_EQ(l.primary().size(0), 1);
+    EXPECT_EQ(l.primary().size(1), P / W);
+  }
+  const GlobalLayout& g = L.global;
+  ASSERT_EQ(static_cast<int64_t>(g.ranks.size()), W);
+  for (int64_t r = 0; r < W; ++r)
+    EXPECT_EQ(to_vec(sh[static_cast<size_t>(r)].local_token_global_indices(P)), g.ranks[static_cast<size_t>(r)]);
+
+  const bool dropped = std::find(plan.input_pos.begin(), plan.input_pos.end(), -1) != plan.input_pos.end();
+  for (const Key& key : keys_of(in)) {
+    SCOPED_TRACE(key.name);
+    const std::vector<at::Tensor> parts = parts_of(locals, key);
+    ASSERT_EQ(static_cast<int64_t>(parts.size()), W);
+    at::Tensor input = *key.get(in);
+    if (key.name == "position_ids" && input.dim() == 2 && input.size(0) != B) input = input.expand({B, S});
+    at::Tensor stream = key.name == "padding_mask" ? expected_stream_padding(plan, in.padding_mask)
+                                                   : expected_stream(input, key.seq_dim, plan, S, key.fill);
+    for (int64_t r = 0; r < W; ++r)
+      EXPECT_TRUE(same(parts[static_cast<size_t>(r)],
+                       stream.index_select(key.seq_dim, idx_tensor(g.ranks[static_cast<size_t>(r)]))))
+          << "rank " << r;
+    EXPECT_TRUE(same(sh[0].gather_token_tensor(parts, key.seq_dim, false), stream));
+    // trim: back to the [B, S] rows; dropped input slots need (and get) the fill.
+    const at::Scalar trim_fill = key.fill.value_or(at::Scalar(-1));
+    at::Tensor rows_back = sh[0].gather_token_tensor(parts, key.seq_dim, true, trim_fill);
+    at::Tensor expected_rows = input;
+    if (key.name == "padding_mask")  // the pack layout marks in-slot padding too
+      expected_rows = stream.squeeze(0).index_select(0, idx_tensor([&] {
+                                           std::vector<int64_t> v;
+                                           for (int64_t p : plan.input_pos) v.push_back(std::max<int64_t>(p, 0));
+                                           return v;
+                                         }()))
+                          .view({B, S});
+    EXPECT_TRUE(same(rows_back, with_dropped(expected_rows, key.seq_dim, plan, B, S, trim_fill)));
+    if (!dropped) {
+      EXPECT_TRUE(same(sh[0].gather_token_tensor(parts, key.seq_dim, true), expected_rows));
+    }
+    // shard_token_tensor of the input-row tensor reproduces the sharded key (fill only matters for new slots).
+    if (key.fill && key.name != "padding_mask") {
+      for (int64_t r = 0; r < W; ++r)
+        EXPECT_TRUE(same(sh[static_cast<size_t>(r)].shard_token_tensor(input, key.seq_dim, key.fill),
+                         parts[static_cast<size_t>(r)]))
+            << "shard_token_tensor, rank " << r;
+    }
+  }
+  if (!in.position_ids) {
+    const at::Tensor offsets = expected_stream_offsets(plan);
+    for (int64_t r = 0; r < W; ++r)
+      EXPECT_TRUE(same(*locals[static_cast<size_t>(r)].position_ids,
+                       offsets.index_select(1, idx_tensor(g.ranks[static_cast<size_t>(r)]))));
+  }
+  if (!in.padding_mask) {
+    const at::Tensor pm = expected_stream_padding(plan, std::nullopt);
+    for (int64_t r = 0; r < W; ++r) {
+      ASSERT_TRUE(locals[static_cast<size_t>(r)].padding_mask.has_value());
+      EXPECT_TRUE(same(*locals[static_cast<size_t>(r)].padding_mask,
+                       pm.index_select(1, idx_tensor(g.ranks[static_cast<size_t>(r)]))));
+    }
+  }
+}
+
+const std::vector<ThdCase>& thd_cases() {
+  static const std::vector<ThdCase> all = {
+      {"reference 6.1 example", 2, 6, {{{3, 4}, {2, 2}}, {{6, 6}}}, true},
+      {"slots and trailing pad", 2, 16, {{{5, 5}, {7, 8}}, {{1, 1}, {2, 3}, {4, 4}}}, true},
+      {"three rows", 3, 8, {{{8, 8}}, {{3, 3}, {3, 3}}, {{1, 1}}}, true},
+      {"empty row", 2, 5, {{{5, 5}}, {}}, true},
+      {"seq_lens without seq_lens_padded", 2, 9, {{{3, 3}, {4, 4}}, {{9, 9}}}, false},
+      {"aligned documents", 2, 16, {{{8, 8}, {8, 8}}, {{16, 16}}}, true},
+  };
+  return all;
+}
+
+}  // namespace
+
+TEST(SharderThd, RowsWithoutSeqLensAreOneDocumentEach) {
+  for (int64_t W = 1; W <= 8; ++W)
+    for (size_t i = 0; i < kLengths.size(); ++i) {
+      BatchSpec sp = variant(W + static_cast<int64_t>(i), kLengths[i]);
+      check_thd_round_trip({"rows", sp.B, kLengths[i], {}, true}, W, sp);
+    }
+}
+
+TEST(SharderThd, PackedDocumentsRoundTripForEveryCp) {
+  for (const auto& c : thd_cases())
+    for (int64_t W = 1; W <= 8; ++W)
+      for (int64_t v = 0; v < 4; ++v) {
+        if (v == 3) continue;  // variant 3 is B=3; thd cases fix their own B
+        check_thd_round_trip(c, W, variant(v, c.S));
+      }
+}
+
+// shared/reference/nemo-automodel-cp.md §6.1: ids [[1,2,3,99,4,5],[6..11]], seq_lens [[3,2],[6,-1000]],
+// padded [[4,2],[6,-1000]] -> cu_seqlens [0,3,5,11], cu_seqlens_padded [0,4,6,12], max_seqlen 6.
+TEST(SharderThd, ReferenceWorkedExample) {
+  Batch in;
+  in.input_ids = at::tensor({1, 2, 3, 99, 4, 5, 6, 7, 8, 9, 10, 11}, at::kLong).view({2, 6});
+  in.labels = in.input_ids->clone() + 100;
+  in.seq_lens = at::tensor({3, 2, 6, -1000}, at::kLong).view({2, 2});
+  in.seq_lens_padded = at::tensor({4, 2, 6, -1000}, at::kLong).view({2, 2});
+  {
+    SharderOptions o;  // cp 1: pad multiple 2, every slot already even -> pure flatten
+    Sharder s(make_layout("thd"), o);
+    const Batch out = s.shard(in);
+    EXPECT_EQ(to_vec(*out.cu_seqlens), (std::vector<int64_t>{0, 3, 5, 11}));
+    EXPECT_EQ(to_vec(*out.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 6, 12}));
+    EXPECT_EQ(out.max_seqlen, 6);
+    EXPECT_EQ(to_vec(*out.input_ids), (std::vector<int64_t>{1, 2, 3, 99, 4, 5, 6, 7, 8, 9, 10, 11}));
+    EXPECT_EQ(to_vec(*out.position_ids), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(to_vec(out.padding_mask->to(at::kLong)), (std::vector<int64_t>{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}));
+    EXPECT_FALSE(s.shard_layout().input_token_stream_positions.has_value());
+  }
+  {
+    // cp 2: documents padded to multiples of 4 -> [0,4,8,16]; TE's partition per document.
+    auto sh = sharders_for("thd", 2, 0);
+    const Batch r0 = sh[0].shard(in), r1 = sh[1].shard(in);
+    EXPECT_EQ(to_vec(*r0.cu_seqlens), (std::vector<int64_t>{0, 3, 5, 11}));
+    EXPECT_EQ(to_vec(*r0.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 8, 16}));
+    EXPECT_EQ(r0.max_seqlen, 8);
+    EXPECT_EQ(to_vec(sh[0].local_token_global_indices(16)), (std::vector<int64_t>{0, 3, 4, 7, 8, 9, 14, 15}));
+    EXPECT_EQ(to_vec(sh[1].local_token_global_indices(16)), (std::vector<int64_t>{1, 2, 5, 6, 10, 11, 12, 13}));
+    // stream ids: [1,2,3,99 | 4,5,0,0 | 6..11,0,0]
+    EXPECT_EQ(to_vec(*r0.input_ids), (std::vector<int64_t>{1, 99, 4, 0, 6, 7, 0, 0}));
+    EXPECT_EQ(to_vec(*r1.input_ids), (std::vector<int64_t>{2, 3, 5, 0, 8, 9, 10, 11}));
+    EXPECT_EQ(to_vec(*r0.labels), (std::vector<int64_t>{101, 199, 104, -100, 106, 107, -100, -100}));
+    EXPECT_EQ(to_vec(*r0.position_ids), (std::vector<int64_t>{0, 3, 0, 3, 0, 1, 6, 7}));
+    EXPECT_EQ(to_vec(*r1.position_ids), (std::vector<int64_t>{1, 2, 1, 2, 2, 3, 4, 5}));
+    EXPECT_EQ(to_vec(r0.padding_mask->to(at::kLong)), (std::vector<int64_t>{0, 1, 0, 1, 0, 0, 1, 1}));
+    EXPECT_EQ(to_vec(r1.padding_mask->to(at::kLong)), (std::vector<int64_t>{0, 0, 0, 1, 0, 0, 0, 0}));
+    EXPECT_EQ(r0.input_ids->sizes(), (std::vector<int64_t>{1, 8}));
+  }
+}
+
+// §6.4 worked values through the sharder: one row holding documents of 8 and 4 tokens at cp 2.
+TEST(SharderThd, TransformerEnginePartitionThroughTheSharder) {
+  BatchSpec sp;
+  sp.B = 1;
+  sp.S = 12;
+  sp.seq_first_extra = false;
+  Batch in = make_batch(sp);
+  in.seq_lens = at::tensor({8, 4}, at::kLong).view({1, 2});
+  auto sh = sharders_for("thd", 2);
+  (void)sh[0].shard(in);
+  (void)sh[1].shard(in);
+  EXPECT_EQ(to_vec(sh[0].local_token_global_indices(12)), (std::vector<int64_t>{0, 1, 6, 7, 8, 11}));
+  EXPECT_EQ(to_vec(sh[1].local_token_global_indices(12)), (std::vector<int64_t>{2, 3, 4, 5, 9, 10}));
+  // Aligned: no token moves, so [1, 12] input rows are already the stream.
+  EXPECT_FALSE(sh[0].shard_layout().input_token_stream_positions.has_value());
+  at::Tensor t = at::arange(12, at::kLong).view({1, 12}) * 3;
+  EXPECT_EQ(to_vec(sh[0].shard_token_tensor(t)), (std::vector<int64_t>{0, 3, 18, 21, 24, 33}));
+}
+
+TEST(SharderThd, TrailingPadIsDroppedAndTrimNeedsFill) {
+  // Row of 8 holding documents of 3 and 2 tokens: the last 3 input slots are pack padding.
+  Batch in;
+  in.input_ids = at::arange(1, 9, at::kLong).view({1, 8});
+  in.labels = at::arange(1, 9, at::kLong).view({1, 8});
+  in.seq_lens = at::tensor({3, 2}, at::kLong).view({1, 2});
+  auto sh = sharders_for("thd", 1);
+  const Batch out = sh[0].shard(in);
+  // docs padded to multiples of 2: [0, 4, 6]
+  EXPECT_EQ(to_vec(*out.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 6}));
+  EXPECT_EQ(to_vec(*out.input_ids), (std::vector<int64_t>{1, 2, 3, kPadId, 4, 5}));
+  const auto& L = sh[0].shard_layout();
+  ASSERT_TRUE(L.input_token_stream_positions.has_value());
+  EXPECT_EQ(to_vec(*L.input_token_stream_positions), (std::vector<int64_t>{0, 1, 2, 4, 5, -1, -1, -1}));
+  const std::string msg = error_of([&] { (void)sh[0].gather_token_tensor({*out.input_ids}, 1, true); });
+  EXPECT_TRUE(contains_all(msg, {"fill", "[1, 8]", "thd"}));
+  EXPECT_EQ(to_vec(sh[0].gather_token_tensor({*out.input_ids}, 1, true, 0)),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 0, 0, 0}));
+  // shard_token_tensor in input coordinates needs a fill too (tokens moved).
+  const std::string msg2 = error_of([&] { (void)sh[0].shard_token_tensor(*in.labels); });
+  EXPECT_TRUE(contains_all(msg2, {"fill", "[1, 8]"}));
+  EXPECT_EQ(to_vec(sh[0].shard_token_tensor(*in.labels, 1, -100)), (std::vector<int64_t>{1, 2, 3, -100, 4, 5}));
+  // A stream-length tensor is sharded as is.
+  EXPECT_EQ(to_vec(sh[0].shard_token_tensor(at::arange(6, at::kLong).view({1, 6}))),
+            (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(SharderThd, AlignedRowsArePureFlatten) {
+  BatchSpec sp;
+  sp.B = 3;
+  sp.S = 8;
+  sp.seq_first_extra = false;
+  const Batch in = make_batch(sp);
+  auto sh = sharders_for("thd", 2);
+  std::vector<Batch> locals;
+  for (auto& s : sh) locals.push_back(s.shard(in));
+  const auto& L = sh[0].shard_layout();
+  EXPECT_FALSE(L.input_token_stream_positions.has_value());
+  EXPECT_EQ(*L.input_row_shape, (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(L.padded_seq_len, 24);
+  std::vector<int64_t> identity(24);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(L.stream_source, identity);
+  // Stream == flattened rows, so no fill is needed either way.
+  at::Tensor t = at::arange(24, at::kLong).view({3, 8});
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_TRUE(same(sh[static_cast<size_t>(r)].shard_token_tensor(t),
+                     t.view({1, 24}).index_select(1, idx_tensor(L.global.ranks[static_cast<size_t>(r)]))));
+  std::vector<at::Tensor> parts = {*locals[0].input_ids, *locals[1].input_ids};
+  EXPECT_TRUE(same(sh[0].gather_token_tensor(parts, 1, true), *in.input_ids));
+  // Each row restarts its positions.
+  at::Tensor pos = sh[0].gather_token_tensor({*locals[0].position_ids, *locals[1].position_ids}, 1, true);
+  EXPECT_TRUE(same(pos, *in.position_ids));
+  // teacher_logits [B, S, V] -> [1, T_local, V] and back
+  std::vector<at::Tensor> tl = {locals[0].extras.at("teacher_logits").tensor, locals[1].extras.at("teacher_logits").tensor};
+  EXPECT_EQ(tl[0].sizes(), (std::vector<int64_t>{1, 12, sp.V}));
+  EXPECT_TRUE(same(sh[1].gather_token_tensor(tl, 1, true), in.extras.at("teacher_logits").tensor));
+}
+
+TEST(SharderThd, SynthesizedPositionsRestartPerDocumentAndContinueIntoPadSlots) {
+  Batch in;
+  in.input_ids = at::arange(1, 11, at::kLong).view({1, 10});
+  in.labels = in.input_ids->clone();
+  in.seq_lens = at::tensor({3, 5}, at::kLong).view({1, 2});
+  in.seq_lens_padded = at::tensor({4, 6}, at::kLong).view({1, 2});
+  auto sh = sharders_for("thd", 1);
+  const Batch out = sh[0].shard(in);
+  // slots 4 and 6 padded to even: 4 and 6 -> stream equals the row; positions restart at each document.
+  EXPECT_EQ(to_vec(*out.position_ids), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(to_vec(out.padding_mask->to(at::kLong)), (std::vector<int64_t>{0, 0, 0, 1, 0, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(out.max_seqlen, 6);
+  // Given position ids are kept and continue counting into new pad slots (cp 2: slots -> 4 and 8).
+  in.position_ids = at::tensor({5, 6, 7, 8, 20, 21, 22, 23, 24, 25}, at::kLong).view({1, 10});
+  auto sh2 = sharders_for("thd", 2);
+  const Batch o0 = sh2[0].shard(in), o1 = sh2[1].shard(in);
+  at::Tensor full = sh2[0].gather_token_tensor({*o0.position_ids, *o1.position_ids}, 1, false);
+  EXPECT_EQ(to_vec(full), (std::vector<int64_t>{5, 6, 7, 8, 20, 21, 22, 23, 24, 25, 26, 27}));
+}
+
+TEST(SharderThd, MropePositionsFlattenOnDimTwo) {
+  BatchSpec sp;
+  sp.B = 2;
+  sp.S = 5;
+  sp.positions = Positions::mrope;
+  sp.seq_first_extra = false;
+  const Batch in = make_batch(sp);
+  auto sh = sharders_for("thd", 2);
+  const Batch o0 = sh[0].shard(in), o1 = sh[1].shard(in);
+  EXPECT_EQ(o0.position_ids->sizes(), (std::vector<int64_t>{3, 1, 8}));  // 2 docs of 5 -> 8 each, 16 / 2
+  at::Tensor back = sh[0].gather_token_tensor({*o0.position_ids, *o1.position_ids}, 2, true);
+  EXPECT_TRUE(same(back, *in.position_ids));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// local_token_global_indices
+// ---------------------------------------------------------------------------------------------------
+TEST(SharderVerbs, LocalIndicesAreClosedFormBeforeAnyShard) {
+  for (const char* name : {"contiguous", "load_balanced", "striped", "sdpa_wrap"}) {
+    for (int64_t W = 1; W <= 8; ++W) {
+      auto sh = sharders_for(name, W);
+      const int64_t P = 2 * W * 3;
+      LayoutRequest req;
+      req.cp = W;
+      req.seq_len = P;
+      const GlobalLayout g = make_layout(name)->compute(req);
+      for (int64_t r = 0; r < W; ++r) {
+        EXPECT_FALSE(sh[static_cast<size_t>(r)].has_shard_layout());
+        const at::Tensor own = sh[static_cast<size_t>(r)].local_token_global_indices(P);
+        EXPECT_EQ(own.scalar_type(), at::kLong);
+        EXPECT_EQ(to_vec(own), g.ranks[static_cast<size_t>(r)]) << name << " W=" << W << " r=" << r;
+        // Any rank can be asked for explicitly.
+        EXPECT_EQ(to_vec(sh[0].local_token_global_indices(P, r)), g.ranks[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  auto sh = sharders_for("load_balanced", 2);
+  EXPECT_EQ(to_vec(sh[1].local_token_global_indices(8)), (std::vector<int64_t>{2, 3, 4, 5}));
+  // Not a multiple of what the layout pads to.
+  EXPECT_TRUE(contains_all(error_of([&] { (void)sh[0].local_token_global_indices(6); }),
+                           {"padded_seq_len=6", "multiple of 4", "load_balanced"}));
+}
+
+TEST(SharderVerbs, LocalIndicesAfterShardComeFromTheShard) {
+  // closed-form layout: after a shard, the shard's own length and any other valid length both work.
+  {
+    auto sh = sharders_for("striped", 3);
+    BatchSpec sp;
+    sp.S = 7;
+    (void)sh[1].shard(make_batch(sp));
+    EXPECT_EQ(to_vec(sh[1].local_token_global_indices(9)), (std::vector<int64_t>{1, 4, 7}));
+    EXPECT_EQ(to_vec(sh[1].local_token_global_indices(12)), (std::vector<int64_t>{1, 4, 7, 10}));
+  }
+  // thd: raises before the first shard, returns the shard's map after, and rejects other lengths.
+  auto sh = sharders_for("thd", 2);
+  const std::string before = error_of([&] { (void)sh[0].local_token_global_indices(8); });
+  EXPECT_TRUE(contains_all(before, {"thd", "data-dependent", "shard"}));
+  Batch in;
+  in.input_ids = at::arange(12, at::kLong).view({1, 12});
+  in.labels = in.input_ids->clone();
+  in.seq_lens = at::tensor({4, 8}, at::kLong).view({1, 2});
+  (void)sh[0].shard(in);
+  EXPECT_EQ(to_vec(sh[0].local_token_global_indices(12)), (std::vector<int64_t>{0, 3, 4, 5, 10, 11}));
+  EXPECT_EQ(to_vec(sh[0].local_token_global_indices(12, 1)), (std::vector<int64_t>{1, 2, 6, 7, 8, 9}));
+  const std::string mismatch = error_of([&] { (void)sh[0].local_token_global_indices(16); });
+  EXPECT_TRUE(contains_all(mismatch, {"12", "padded_seq_len=16"}));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// shard_token_tensor
+// ---------------------------------------------------------------------------------------------------
+TEST(SharderVerbs, ShardTokenTensorPadsOriginalLengthOnlyWithFill) {
+  auto sh = sharders_for("load_balanced", 2);
+  BatchSpec sp;
+  sp.S = 6;  // padded to 8
+  const Batch in = make_batch(sp);
+  const Batch out = sh[1].shard(in);
+  const at::Tensor labels = *in.labels;
+  // original length + fill == the batch's own labels
+  EXPECT_TRUE(same(sh[1].shard_token_tensor(labels, 1, kIgnoreIndex), *out.labels));
+  // padded length -> sharded as is
+  at::Tensor padded = at::arange(16, at::kLong).view({2, 8});
+  EXPECT_TRUE(same(sh[1].shard_token_tensor(padded), padded.index_select(1, idx_tensor({2, 3, 4, 5}))));
+  // seq_dim other than 1: [S, B] tensor, seq on dim 0
+  at::Tensor t = at::arange(8, at::kLong).view({8, 1});
+  EXPECT_EQ(to_vec(sh[0].shard_token_tensor(t, 0)), (std::vector<int64_t>{0, 1, 6, 7}));
+  // original length without fill
+  const std::string no_fill = error_of([&] { (void)sh[1].shard_token_tensor(labels); });
+  EXPECT_TRUE(contains_all(no_fill, {"length 6", "padded_seq_len=8", "original_seq_len=6", "fill", "[2, 6]"}));
+  // any other length
+  const std::string other = error_of([&] { (void)sh[1].shard_token_tensor(at::zeros({2, 7}), 1, 0.0); });
+  EXPECT_TRUE(contains_all(other, {"length 7", "padded_seq_len=8", "[2, 7]"}));
+  // divisible length: original == padded, no fill needed
+  auto sh2 = sharders_for("contiguous", 2);
+  BatchSpec sp2;
+  sp2.S = 8;
+  const Batch out2 = sh2[0].shard(make_batch(sp2));
+  EXPECT_TRUE(same(sh2[0].shard_token_tensor(*make_batch(sp2).input_ids), *out2.input_ids));
+}
+
+TEST(SharderVerbs, ShardTokenTensorShardsLikeTheBatchForEveryUnpackedLayout) {
+  for (const auto& name : kUnpacked)
+    for (int64_t W = 1; W <= 8; ++W) {
+      BatchSpec sp;
+      sp.S = 11;
+      const Batch in = make_batch(sp);
+      auto sh = sharders_for(name, W);
+      for (int64_t r = 0; r < W; ++r) {
+        const Batch out = sh[static_cast<size_t>(r)].shard(in);
+        const auto& s = sh[static_cast<size_t>(r)];
+        EXPECT_TRUE(same(s.shard_token_tensor(*in.input_ids, 1, kPadId), *out.input_ids)) << name << W;
+        EXPECT_TRUE(same(s.shard_token_tensor(in.extras.at("teacher_logits").tensor, 1, 0.0f),
+                         out.extras.at("teacher_logits").tensor));
+        EXPECT_TRUE(same(s.shard_token_tensor(in.extras.at("seq_first").tensor, 0, kSeqFirstFill),
+                         out.extras.at("seq_first").tensor));
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// gather_token_tensor is differentiable: d(loss)/d(part r) is exactly rank r's share of d(loss)/d(full).
+// ---------------------------------------------------------------------------------------------------
+namespace {
+void check_gather_gradients(const std::string& name, int64_t W, const Batch& in, bool trim) {
+  SCOPED_TRACE(cpbench::detail::concat(name, " W=", W, trim ? " trim" : " no trim"));
+  auto sh = sharders_for(name, W);
+  std::vector<Batch> locals;
+  for (auto& s : sh) locals.push_back(s.shard(in));
+  std::vector<at::Tensor> parts;
+  for (auto& l : locals) parts.push_back(l.extras.at("teacher_logits").tensor.to(at::kDouble).detach().requires_grad_(true));
+  at::Tensor full = sh[0].gather_token_tensor(parts, 1, trim, 0.0);
+  // Index-addressed weights over whatever coordinates the gather returned.
+  at::Tensor w = at::arange(full.numel(), at::kDouble).view(full.sizes()) * 0.5 + 1.0;
+  (full * w).sum().backward();
+  for (int64_t r = 0; r < W; ++r) {
+    const auto& s = sh[static_cast<size_t>(r)];
+    at::Tensor expected = trim ? s.shard_token_tensor(w, 1, 0.0)  // input coordinates -> pad (0 grad) then shard
+                               : w.index_select(1, s.local_token_global_indices(s.shard_layout().padded_seq_len));
+    ASSERT_TRUE(parts[static_cast<size_t>(r)].grad().defined()) << "rank " << r;
+    EXPECT_TRUE(same(parts[static_cast<size_t>(r)].grad(), expected)) << "rank " << r;
+  }
+}
+}  // namespace
+
+TEST(SharderVerbs, GatherIsDifferentiableAndGivesEachPartItsGradient) {
+  BatchSpec sp;
+  sp.S = 7;
+  sp.seq_first_extra = false;
+  const Batch in = make_batch(sp);
+  for (const auto& name : kUnpacked)
+    for (int64_t W : {1, 2, 3, 4}) {
+      check_gather_gradients(name, W, in, true);
+      check_gather_gradients(name, W, in, false);
+    }
+  // thd with moved tokens and dropped input slots: the fill positions get no gradient.
+  Batch packed = in;
+  packed.seq_lens = at::tensor({3, 2, 7, -1000}, at::kLong).view({2, 2});
+  for (int64_t W : {1, 2, 3}) {
+    check_gather_gradients("thd", W, packed, true);
+    check_gather_gradients("thd", W, packed, false);
+  }
+}
