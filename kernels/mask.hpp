@@ -27,6 +27,8 @@ struct MaskSpec {
 };
 
 // Per-token metadata; every tensor is [B, N] int64 (valid: bool), on the device of q/k/v.
+// pos is required. An undefined segment means one segment, an undefined doc one document, an
+// undefined valid all tokens valid (build_mask treats them so; to/narrow keep them undefined).
 struct TokenMeta {
   at::Tensor pos;      // position in the padded global stream
   at::Tensor segment;  // thd: input row of the token; otherwise 0

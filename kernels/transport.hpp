@@ -6,7 +6,7 @@
 // Every rank holds the same number S of local tokens (layouts guarantee it). Metadata:
 //   ctx.local = TokenMeta of this rank's tokens [B, S]
 //   ctx.all   = TokenMeta of all ranks' tokens in rank order [B, W*S] (rank j's block at [j*S, (j+1)*S))
-// A transport must not change the mask: a mask it cannot evaluate is reported by supports() and
+// A transport must not change the mask: a mask it cannot evaluate is reported by unsupported_reason() and
 // the case is skipped, never silently run with another mask.
 #include <ATen/ATen.h>
 
@@ -35,8 +35,9 @@ struct AttentionContext {
   MaskSpec mask;
   TokenMeta local;
   TokenMeta all;
-  double scale = 0;                          // softmax scale, usually 1/sqrt(D)
-  AttentionStats* stats = nullptr;           // optional
+  double scale = 0;                          // softmax scale, usually 1/sqrt(D); 0 means 1/sqrt(D)
+  AttentionStats* stats = nullptr;           // optional; forward AND backward add to it, so it must
+                                             // outlive the backward of every attend() call given it
   std::string nvtx_prefix;                   // "cp:<sharder>" for NVTX ranges
 };
 
@@ -54,6 +55,21 @@ class Transport {
                                                int64_t head_dim, int64_t element_size) const = 0;
 };
 
+// Lifetime: attend() builds an autograd node that keeps its own copies of the Communicator (a reference
+// on the c10d backend), the mask and the metadata; only `stats` is borrowed. Backward is collective:
+// every rank must run the backward of the same attend() calls in the same order.
+//
+// Transports (one file each in kernels/; both compute scores, softmax, partial outputs, log-sum-exp
+// and dK/dV accumulation in float32 for 16-bit inputs, float64 for float64):
+//   allgather  kernels/allgather.cpp  one all-gather of K/V (overlapping the local block), blocks merged
+//                                     online; backward reduce-scatters dK/dV.
+//   ring       kernels/ring.cpp       K/V blocks travel around the ring (double-buffered send/recv posted
+//                                     before each block's maths); backward sends K/V round again and
+//                                     dK/dV travel with their block back to its owner.
+// Both skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
+// bytes_per_call, with kv = 2*B*Hkv*S*D*element_size and dkv the same in the accumulation dtype
+// (element size max(4, element_size)):  allgather (W-1)*(kv + dkv);  ring (W-1)*(2*kv + dkv).
+//
 // Registry: "allgather", "ring". Unknown names throw UsageError listing the known ones.
 [[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name);
 [[nodiscard]] std::vector<std::string> known_transports();
