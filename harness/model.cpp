@@ -102,7 +102,8 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype).device(device)); };
   for (int64_t l = 0; l < c.layers; ++l) {
     Layer L;
-    const std::string p = "layer" + std::to_string(l) + ".";
+    // torch::nn parameter names may not contain dots.
+    const std::string p = "layer" + std::to_string(l) + "_";
     L.attn_norm = register_parameter(p + "attn_norm", ones(c.hidden));
     L.wq = register_parameter(p + "wq", init_param({c.heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
     L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));

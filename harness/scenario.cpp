@@ -149,6 +149,7 @@ struct Axes {
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
   check_keys(c, n, path, {"sharder", "transport", "cp", "dp", "mask", "dtype", "expect"});
   Axes a = defaults;
+  auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
     try {
       (void)make_layout(v);
@@ -177,13 +178,13 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   auto expect_ok = [&](const std::string& p, const std::string& v) {
     if (v != "match" && v != "mismatch") c.fail(p, "expected match or mismatch, got \"" + v + "\"");
   };
-  if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], path + ".sharder", sharder_ok);
-  if (n["transport"]) a.transport = read_str_list(c, n["transport"], path + ".transport", transport_ok);
-  if (n["mask"]) a.mask = read_str_list(c, n["mask"], path + ".mask", mask_ok);
-  if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], path + ".dtype", dtype_ok);
-  if (n["expect"]) a.expect = read_str_list(c, n["expect"], path + ".expect", expect_ok);
-  if (n["cp"]) a.cp = read_int_list(c, n["cp"], path + ".cp", 1);
-  if (n["dp"]) a.dp = read_int_list(c, n["dp"], path + ".dp", 1);
+  if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
+  if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
+  if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
+  if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
+  if (n["expect"]) a.expect = read_str_list(c, n["expect"], sub("expect"), expect_ok);
+  if (n["cp"]) a.cp = read_int_list(c, n["cp"], sub("cp"), 1);
+  if (n["dp"]) a.dp = read_int_list(c, n["dp"], sub("dp"), 1);
   return a;
 }
 
@@ -306,7 +307,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     YAML::Node top;
     for (const char* k : {"mask", "dtype", "expect"})
       if (root[k]) top[k] = root[k];
-    defaults = read_axes(c, top, "", defaults);
+    if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
   }
   std::vector<Axes> blocks;
   if (const auto sw = root["sweep"]) {
