@@ -3,10 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
-#include <filesystem>
 #include <iostream>
 
 #include "cpbench/version.hpp"
+#include "harness/fs_util.hpp"
 #include "harness/layout_command.hpp"
 #include "harness/sweep.hpp"
 #include "sharders/check.hpp"
@@ -24,7 +24,7 @@ std::string version_text() {
 // scenarios/quickstart.yaml next to the executable's source tree, or in the working directory.
 std::string default_scenario() {
   const std::string rel = "scenarios/quickstart.yaml";
-  if (std::filesystem::exists(rel)) return rel;
+  if (cpbench::fsu::exists(rel)) return rel;
   const std::string src = std::string(CPBENCH_SOURCE_DIR) + "/" + rel;
   return src;
 }

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -16,6 +15,7 @@
 
 #include "cpbench/version.hpp"
 #include "harness/case_runner.hpp"
+#include "harness/fs_util.hpp"
 #include "harness/comm/launcher.hpp"
 #include "harness/comm/process_group.hpp"
 #include "harness/scenario.hpp"
@@ -23,7 +23,6 @@
 #include "reports/text_report.hpp"
 #include "sharders/check.hpp"
 
-namespace fs = std::filesystem;
 
 namespace cpbench {
 namespace {
@@ -166,9 +165,11 @@ int run_command(const RunOptions& o) {
                  " cases in the scenario, e.g. ", spec.cases.empty() ? "none" : spec.cases.front().name(), ")");
   const auto env = comm::rank_env_from_environment();
 
-  std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  CP_CHECK_USAGE(!ec, "--out ", o.out_dir, ": cannot create the directory: ", ec.message());
+  try {
+    fsu::make_dirs(o.out_dir);
+  } catch (const Error& e) {
+    throw UsageError(detail::concat("--out ", o.out_dir, ": ", e.what()));
+  }
   const std::string results_dir = o.out_dir + "/.cases";
 
   Report report;
@@ -185,13 +186,13 @@ int run_command(const RunOptions& o) {
   if (env) {
     // Joined: every rank runs the cases; rank 0 reports.
     if (env->rank == 0) {
-      fs::remove_all(results_dir, ec);
-      fs::create_directories(results_dir);
+      fsu::remove_tree(results_dir);
+      fsu::make_dirs(results_dir);
     }
     const int rc = run_cases_as_rank(spec, cases, *env, results_dir, 0, static_cast<int64_t>(cases.size()), 0);
     if (env->rank != 0) return rc;
     for (const auto& c : cases) {
-      if (fs::exists(result_path(results_dir, c.index)))
+      if (fsu::exists(result_path(results_dir, c.index)))
         report.results.push_back(run_result_from_json(read_json_file(result_path(results_dir, c.index))));
       else
         report.results.push_back(failed_result(spec, c, results_dir, env->world_size, ""));
@@ -200,8 +201,8 @@ int run_command(const RunOptions& o) {
     report.partial = report.results.size() < cases.size();
     report.partial_reason = report.partial ? "a case failed and ended this job's ranks" : "";
   } else {
-    fs::remove_all(results_dir, ec);
-    fs::create_directories(results_dir);
+    fsu::remove_tree(results_dir);
+    fsu::make_dirs(results_dir);
     struct sigaction sa {};
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, nullptr);
@@ -249,7 +250,7 @@ int run_command(const RunOptions& o) {
         for (const auto& c : remaining) {
           if (failed_one) {
             next.push_back(c);
-          } else if (fs::exists(result_path(results_dir, c.index))) {
+          } else if (fsu::exists(result_path(results_dir, c.index))) {
             by_index[c.index] = run_result_from_json(read_json_file(result_path(results_dir, c.index)));
           } else {
             std::string msg = lr.ok() ? "" : lr.describe_failures();

@@ -48,7 +48,8 @@ RunResult run_result_from_json(const json& j) {
   for (const auto& e : j.value("errors", json::array()))
     r.errors.push_back({e.value("tensor", ""), e.value("max_abs", 0.0), e.value("max_rel", 0.0),
                         e.value("tolerance", 0.0), e.value("ok", false), e.value("worst", "")});
-  for (const auto& [name, m] : j.value("metrics", json::object()).items())
+  const json metrics = j.value("metrics", json::object());  // items() must not outlive its json
+  for (const auto& [name, m] : metrics.items())
     r.metrics.push_back({name, m.value("value", 0.0), m.value("unit", ""), m.value("spread", 0.0)});
   for (const auto& s : j.value("ranks", json::array()))
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -63,7 +62,14 @@ int find_free_port() {
   return ntohs(addr.sin_port);
 }
 
-std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+std::string self_executable() {
+  // readlink(2), not std::filesystem: libtorch.so exports an incompatible std::filesystem (see
+  // harness/fs_util.hpp).
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  CP_CHECK(n > 0, "readlink(/proc/self/exe): ", std::strerror(errno));
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
 
 LaunchResult launch(const LaunchOptions& o) {
   CP_CHECK(o.world_size >= 1, "world size must be positive, got ", o.world_size);
