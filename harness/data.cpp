@@ -126,11 +126,15 @@ TokenMeta stream_meta(const Sharder& sharder, const Batch& local, const GlobalDa
   const int64_t S = data.doc_ids.size(1);
   CP_CHECK(local.cu_seqlens && local.cu_seqlens_padded, sharder.who(), ": thd shard without cu_seqlens");
   at::Tensor cu = local.cu_seqlens->to(at::kCPU, at::kLong), cup = local.cu_seqlens_padded->to(at::kCPU, at::kLong);
-  at::Tensor seg = at::zeros({1, P}, long_opts), doc = at::zeros({1, P}, long_opts);
+  // pos is the token's position in its input row, not in the stream: thd inserts padding between
+  // documents, and a sliding window (or causal order across documents) is defined on the row the
+  // reference sees. New pad slots continue counting; they are never valid keys.
+  at::Tensor seg = at::zeros({1, P}, long_opts), doc = at::zeros({1, P}, long_opts), rpos = at::zeros({1, P}, long_opts);
   at::Tensor valid = at::zeros({1, P}, at::kBool);
   at::Tensor in_pad = data.batch.padding_mask->to(at::kCPU).flatten();
   auto sg = seg.accessor<int64_t, 2>();
   auto dc = doc.accessor<int64_t, 2>();
+  auto rp = rpos.accessor<int64_t, 2>();
   auto vl = valid.accessor<bool, 2>();
   auto ip = in_pad.accessor<bool, 1>();
   const auto& src = L.stream_source;
@@ -143,9 +147,10 @@ TokenMeta stream_meta(const Sharder& sharder, const Batch& local, const GlobalDa
       dc[0][p] = d;
       const int64_t s = src[static_cast<size_t>(p)];
       vl[0][p] = (p - start) < real && s >= 0 && !ip[s];
+      rp[0][p] = s >= 0 ? s % S : rp[0][p - 1] + 1;
     }
   }
-  m.pos = at::arange(P, long_opts).unsqueeze(0).to(device);
+  m.pos = rpos.to(device);
   m.segment = seg.to(device);
   m.doc = doc.to(device);
   m.valid = valid.to(device);
