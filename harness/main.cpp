@@ -9,6 +9,8 @@
 #include "harness/fs_util.hpp"
 #include "harness/layout_command.hpp"
 #include "harness/sweep.hpp"
+#include "reports/compare.hpp"
+#include "reports/json_report.hpp"
 #include "sharders/check.hpp"
 #include "sharders/registry.hpp"
 
@@ -27,6 +29,24 @@ std::string default_scenario() {
   if (cpbench::fsu::exists(rel)) return rel;
   const std::string src = std::string(CPBENCH_SOURCE_DIR) + "/" + rel;
   return src;
+}
+
+cpbench::Report load_report(const std::string& path) {
+  try {
+    return cpbench::report_from_json(cpbench::read_json_file(path));
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    throw cpbench::UsageError(msg.rfind(path, 0) == 0 ? msg : path + ": " + msg);
+  }
+}
+
+int run_compare(const std::string& base_path, const std::string& new_path, double threshold_pct) {
+  const cpbench::Report base = load_report(base_path), next = load_report(new_path);
+  if (base.partial) std::cerr << "cpbench compare: warning: " << base_path << " is a partial report\n";
+  if (next.partial) std::cerr << "cpbench compare: warning: " << new_path << " is a partial report\n";
+  const auto c = cpbench::compare_reports(base, next, threshold_pct / 100.0);
+  std::cout << cpbench::comparison_table(c, threshold_pct / 100.0);
+  return c.regressed() ? 1 : 0;
 }
 
 }  // namespace
@@ -53,6 +73,14 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--filter", run_opts.filter, "only cases whose name matches this regex")->envname("CPBENCH_FILTER");
   run_cmd->add_option("-a,--axis", run_opts.overrides, "override a sweep axis, e.g. -a cp=[2,4] -a sharder=thd");
 
+  std::string compare_base, compare_new;
+  double compare_threshold = 5.0;
+  auto* compare_cmd = app.add_subcommand("compare", "compare two report.json files; exit 1 on a regression");
+  compare_cmd->add_option("base", compare_base, "baseline report.json")->required();
+  compare_cmd->add_option("new", compare_new, "new report.json")->required();
+  compare_cmd->add_option("--threshold", compare_threshold, "allowed throughput drop in percent (default 5)")
+      ->check(CLI::Range(0.0, 100.0));
+
   cpbench::RankCommandOptions rank_opts;
   auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
   rank_cmd->group("");  // hidden
@@ -73,6 +101,7 @@ int main(int argc, char** argv) {
     if (*layout_cmd) return cpbench::run_layout_command(layout_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);
+    if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold);
   } catch (const cpbench::UsageError& e) {
     std::cerr << "cpbench: " << e.what() << "\n";
     return 2;
