@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <thread>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -101,9 +103,28 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.store = comm::connect_store(ro);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = done_before;
+  // Fault injection for the robustness tests: CPBENCH_FAULT="crash|hang|throw:<case index>:<rank>".
+  std::string fault_kind;
+  int64_t fault_case = -1;
+  int fault_rank = -1;
+  if (const char* f = std::getenv("CPBENCH_FAULT")) {
+    std::string spec = f;
+    const auto a = spec.find(':'), b = spec.rfind(':');
+    if (a != std::string::npos && b != a) {
+      fault_kind = spec.substr(0, a);
+      fault_case = std::stoll(spec.substr(a + 1, b - a - 1));
+      fault_rank = std::stoi(spec.substr(b + 1));
+    }
+  }
   for (const auto& c : cases) {
     RunResult r;
+    if (c.index == fault_case && env.rank == fault_rank) {
+      if (fault_kind == "crash") std::abort();
+      if (fault_kind == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     try {
+      if (c.index == fault_case && env.rank == fault_rank && fault_kind == "throw")
+        throw Error(detail::concat("injected fault in case ", c.index, " on rank ", env.rank));
       const std::string why = skip_reason(spec, c, env.world_size);
       if (!why.empty()) {
         r = result_skeleton(spec, c);

@@ -1,0 +1,104 @@
+// Micro-benchmarks (Google Benchmark). Speeds are reported as ratios measured in the same run:
+//   BM_Shard/<layout>   shard_token_tensor of a [B, S, H] tensor; counter x_copy = time / time of a
+//                       plain copy of the same bytes (timed alternately in the same iterations)
+//   BM_Gather/<layout>  restore_gathered (reorder + trim) of all ranks' shards; same counter
+//   BM_Layout/<layout>  Layout::compute for large W and S (pure index maths)
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "sharders/registry.hpp"
+#include "sharders/sharder.hpp"
+
+using namespace cpbench;
+
+namespace {
+constexpr int64_t kB = 2, kS = 16384, kH = 256, kW = 8;
+
+const char* kLayouts[] = {"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap"};
+
+Sharder sharded(const std::string& name, Batch* out_batch = nullptr) {
+  Sharder s(make_layout(name), SharderOptions{kW, 3, 0, "causal", 0, 0});
+  Batch b;
+  b.input_ids = at::randint(1, 100, {kB, kS}, at::kLong);
+  b.labels = *b.input_ids;
+  if (name == "thd") {
+    b.seq_lens = at::tensor({int64_t{5000}, int64_t{7000}, int64_t{4384}}, at::kLong).view({1, 3}).repeat({kB, 1});
+  }
+  Batch local = s.shard(b);
+  if (out_batch) *out_batch = local;
+  return s;
+}
+
+template <typename F>
+double time_once(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void BM_Shard(benchmark::State& state, const std::string& name) {
+  at::set_num_threads(1);
+  Sharder s = sharded(name);
+  at::Tensor x = at::randn({kB, kS, kH});
+  double shard_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    at::Tensor y;
+    const double t = time_once([&] { y = s.shard_token_tensor(x, 1, 0.0); });
+    benchmark::DoNotOptimize(y.data_ptr());
+    // The same bytes a rank keeps, copied plainly.
+    at::Tensor dst = at::empty({kB, y.size(1), kH});
+    copy_s += time_once([&] { dst.copy_(x.narrow(1, 0, y.size(1))); });
+    shard_s += t;
+    state.SetIterationTime(t);
+  }
+  state.counters["x_copy"] = shard_s / copy_s;
+  state.SetBytesProcessed(state.iterations() * kB * (kS / kW) * kH * 4);
+}
+
+void BM_Gather(benchmark::State& state, const std::string& name) {
+  at::set_num_threads(1);
+  Sharder s = sharded(name);
+  const int64_t P = s.shard_layout().padded_seq_len;
+  at::Tensor rank_order = at::randn({kB, P, kH});
+  double gather_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    at::Tensor y;
+    const double t = time_once([&] { y = s.restore_gathered(rank_order, 1, name != "thd", 0.0); });
+    benchmark::DoNotOptimize(y.data_ptr());
+    at::Tensor dst = at::empty_like(rank_order);
+    copy_s += time_once([&] { dst.copy_(rank_order); });
+    gather_s += t;
+    state.SetIterationTime(t);
+  }
+  state.counters["x_copy"] = gather_s / copy_s;
+}
+
+void BM_Layout(benchmark::State& state, const std::string& name) {
+  const int64_t W = state.range(0), S = state.range(1);
+  auto layout = make_layout(name);
+  LayoutRequest req{W, S, {}, "causal", 0, 0};
+  if (name == "thd") {
+    for (int64_t left = S; left > 0; left -= 4096) req.doc_lens.push_back(std::min<int64_t>(4096, left));
+  }
+  for (auto _ : state) {
+    GlobalLayout g = layout->compute(req);
+    benchmark::DoNotOptimize(g.ranks.data());
+  }
+  state.SetItemsProcessed(state.iterations() * S);
+}
+
+const bool registered = [] {
+  for (const char* n : kLayouts) {
+    benchmark::RegisterBenchmark((std::string("BM_Shard/") + n).c_str(), BM_Shard, std::string(n))
+        ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("BM_Gather/") + n).c_str(), BM_Gather, std::string(n))
+        ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("BM_Layout/") + n).c_str(), BM_Layout, std::string(n))
+        ->Args({1024, 1 << 20})->Args({8, 131072})->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
+}  // namespace
+
+
