@@ -242,14 +242,15 @@ TEST(LayoutProperties, RequestValidationNamesTheField) {
 
 TEST(LayoutProperties, RegistryFlagsAndAliases) {
   EXPECT_EQ(known_layouts(),
-            (std::vector<std::string>{"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "local_only"}));
+            (std::vector<std::string>{"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "local_only",
+                                      "workload_balanced"}));
   for (const char* alias : {"round_robin", "head_tail", "zigzag"}) EXPECT_EQ(make_layout(alias)->name(), "load_balanced");
   for (const auto& name : known_layouts()) {
     auto layout = make_layout(name);
     EXPECT_EQ(layout->name(), name);
     EXPECT_FALSE(layout->summary().empty()) << name;
     EXPECT_EQ(layout->packed(), name == "thd") << name;
-    EXPECT_EQ(layout->data_dependent(), name == "thd") << name;
+    EXPECT_EQ(layout->data_dependent(), name == "thd" || name == "workload_balanced") << name;
   }
   EXPECT_EQ(make_layout("sdpa_wrap")->attention(), Layout::Attention::sdpa_hook);
   EXPECT_EQ(make_layout("local_only")->attention(), Layout::Attention::local_only);
