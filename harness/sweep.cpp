@@ -265,7 +265,16 @@ int run_command(const RunOptions& o) {
         // After one rank fails, give the others a moment to report their own view, then stop them.
         lo.grace = std::chrono::seconds(5);
         lo.deadline = std::chrono::seconds(spec.timeout_s * static_cast<int64_t>(remaining.size()) + 60);
-        comm::LaunchResult lr = comm::launch(lo);
+        comm::LaunchResult lr;
+        try {
+          lr = comm::launch(lo);
+        } catch (const Error& e) {
+          // Could not start the ranks at all: every remaining case of the group fails with the reason.
+          for (const auto& c : remaining) by_index[c.index] = failed_result(spec, c, results_dir, 0, e.what());
+          flush();
+          remaining.clear();
+          break;
+        }
         std::vector<CaseSpec> next;
         bool failed_one = false;
         for (const auto& c : remaining) {
