@@ -67,9 +67,19 @@ Communicator::Exchange Communicator::post_exchange(const at::Tensor& send_buf, i
   Exchange ex;
   std::vector<at::Tensor> s{send_buf};
   std::vector<at::Tensor> r{recv_buf};
-  // Post the receive first so a rendezvous-style transport never waits on an unposted receive.
-  ex.works.push_back(backend_->recv(r, src, tag));
-  ex.works.push_back(backend_->send(s, dst, tag));
+  if (is_gloo()) {
+    // Gloo has no coalescing: post the receive first so a rendezvous-style transport never waits on
+    // an unposted receive; both run on Gloo's own threads.
+    ex.works.push_back(backend_->recv(r, src, tag));
+    ex.works.push_back(backend_->send(s, dst, tag));
+  } else {
+    // NCCL: a receive and a send to the same peer share one stream; issued separately, both ranks'
+    // receives would wait on sends queued behind them. One group (coalesced) call posts them together.
+    backend_->startCoalescing();
+    backend_->recv(r, src, tag);
+    backend_->send(s, dst, tag);
+    ex.works.push_back(backend_->endCoalescing());
+  }
   return ex;
 }
 
