@@ -1,5 +1,6 @@
 #include "harness/case_runner.hpp"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <nvtx3/nvtx3.hpp>
 
 #include <algorithm>
@@ -206,6 +207,13 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     ref.seconds = seconds_since(t);
   }
 
+  // Phase boundaries on a GPU: synchronize, then read the host clock, so a phase's time covers its
+  // kernels (an NVTX range marks the same span for Nsight).
+  auto sync = [&]() {
+    if (cuda) torch::cuda::synchronize(device.index());
+  };
+  if (cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+
   // ---- the CP step ----
   AttentionStats stats;
   struct Checked {
@@ -215,6 +223,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   };
   auto step = [&](Checked* check) -> StepTimes {
     StepTimes t;
+    sync();
     comm.barrier();
     stats.reset();
     const auto t_step = clock_type::now();
@@ -236,6 +245,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       local_meta = pick(idx[static_cast<size_t>(cp_rank)]);
       all_meta = pick(at::cat(idx));
     }
+    sync();
     t.shard = seconds_since(t0);
 
     t0 = clock_type::now();
@@ -270,6 +280,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       comm.all_reduce_sum(count);
       loss = token_loss_sum(out.logits, *local.labels, local.loss_mask) / count;
     }
+    sync();
     t.forward = seconds_since(t0);
 
     t0 = clock_type::now();
@@ -288,6 +299,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
         off += n;
       }
     }
+    sync();
     t.backward = seconds_since(t0);
 
     t0 = clock_type::now();
@@ -306,6 +318,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
         check->owner = input_owner(sharder, data);
       }
     }
+    sync();
     t.gather = seconds_since(t0);
     t.total = seconds_since(t_step);
     t.attn = stats;
@@ -418,6 +431,13 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     res.metrics.push_back({"bytes_sent_per_rank", max_b, "bytes", 0});
     res.metrics.push_back({"achieved_bandwidth", max_comm > 0 ? max_b / max_comm : 0, "B/s", 0});
     res.metrics.push_back({"peak_rss", static_cast<double>(peak_rss_bytes()), "bytes", 0});
+    if (cuda) {
+      const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      res.metrics.push_back(
+          {"peak_gpu_allocated",
+           static_cast<double>(st.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak),
+           "bytes", 0});
+    }
     if (got.loss.defined()) res.metrics.push_back({"loss", got.loss.item<double>(), "nats", 0});
   }
   res.wall_s = seconds_since(start);
