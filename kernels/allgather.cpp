@@ -64,7 +64,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       visible += plan.visible_pairs;
       if (plan.kind == BlockKind::empty) return;
       const at::Tensor kv = wire.from_wire(kv_wire).to(cd);
-      merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan.mask, st.scale));
+      merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
     };
     attend_block(r, local_kv);  // overlaps the all-gather
     if (work) {
@@ -113,7 +113,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
         const BlockPlan plan = st.plan(src);
         if (plan.kind == BlockKind::empty) continue;
         const at::Tensor kv = wire.from_wire(blocks[src]).to(cd);
-        BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan.mask, st.scale);
+        BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
         dq.add_(g.dq);
         dkv_all[src][0].copy_(g.dk);
         dkv_all[src][1].copy_(g.dv);

@@ -68,8 +68,60 @@ BlockPlan plan_block(const at::Tensor& mask) {
   } else {
     plan.kind = BlockKind::masked;
     plan.mask = mask;
+    const int64_t sq = mask.size(1), sk = mask.size(2);
+    const at::Tensor row_any = mask.any(2).any(0), col_any = mask.any(1).any(0);
+    const int64_t nr = row_any.sum().item<int64_t>(), nc = col_any.sum().item<int64_t>();
+    // Trim only when it saves a real share of the block; index gathers are not free.
+    if (nr * nc * 4 <= sq * sk * 3) {
+      if (nr < sq) plan.rows = row_any.nonzero().flatten();
+      if (nc < sk) plan.cols = col_any.nonzero().flatten();
+      at::Tensor sub = mask;
+      if (plan.rows.defined()) sub = sub.index_select(1, plan.rows);
+      if (plan.cols.defined()) sub = sub.index_select(2, plan.cols);
+      if (sub.numel() == plan.visible_pairs) {
+        plan.kind = BlockKind::full;  // the visible pairs fill the trimmed block
+        plan.mask = at::Tensor();
+      } else {
+        plan.mask = sub;
+      }
+    }
   }
+  const int64_t b = mask.size(0);
+  plan.computed_pairs = plan.kind == BlockKind::empty
+                            ? 0
+                            : b * (plan.rows.defined() ? plan.rows.numel() : mask.size(1)) *
+                                  (plan.cols.defined() ? plan.cols.numel() : mask.size(2));
   return plan;
+}
+
+BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
+                          double scale) {
+  const bool tr = plan.rows.defined(), tc = plan.cols.defined();
+  if (!tr && !tc) return block_forward(q, k, v, plan.mask, scale);
+  const at::Tensor qs = tr ? q.index_select(2, plan.rows) : q;
+  const at::Tensor ks = tc ? k.index_select(2, plan.cols) : k;
+  const at::Tensor vs = tc ? v.index_select(2, plan.cols) : v;
+  BlockOutput r = block_forward(qs, ks, vs, plan.mask, scale);
+  if (!tr) return r;
+  BlockOutput full;
+  full.out = at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, r.out.options()).index_copy_(2, plan.rows, r.out);
+  full.lse = at::full({q.size(0), q.size(1), q.size(2)}, -INFINITY, r.lse.options()).index_copy_(2, plan.rows, r.lse);
+  return full;
+}
+
+BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
+  const bool tr = plan.rows.defined(), tc = plan.cols.defined();
+  if (!tr && !tc) return block_backward(dout, q, k, v, lse, dsum, plan.mask, scale);
+  auto rows = [&](const at::Tensor& t) { return tr ? t.index_select(2, plan.rows) : t; };
+  auto cols = [&](const at::Tensor& t) { return tc ? t.index_select(2, plan.cols) : t; };
+  BlockGrads g = block_backward(rows(dout), rows(q), cols(k), cols(v), rows(lse), rows(dsum), plan.mask, scale);
+  if (tr) g.dq = at::zeros(q.sizes(), g.dq.options()).index_copy_(2, plan.rows, g.dq);
+  if (tc) {
+    g.dk = at::zeros(k.sizes(), g.dk.options()).index_copy_(2, plan.cols, g.dk);
+    g.dv = at::zeros(v.sizes(), g.dv.options()).index_copy_(2, plan.cols, g.dv);
+  }
+  return g;
 }
 
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,

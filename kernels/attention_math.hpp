@@ -29,8 +29,13 @@ enum class BlockKind {
 
 struct BlockPlan {
   BlockKind kind = BlockKind::empty;
-  at::Tensor mask;            // bool [B, Sq, Sk] when kind == masked, undefined otherwise
+  // Sub-block trimming: when only some query rows / key columns of the block can see anything
+  // (head-tail blocks off the diagonal see exactly half a block), the maths runs on those rows and
+  // columns only. Undefined = all. int64 indices into the block's Sq / Sk.
+  at::Tensor rows, cols;
+  at::Tensor mask;            // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
   int64_t visible_pairs = 0;  // summed over the batch, per head
+  int64_t computed_pairs = 0; // |rows| x |cols| x B: what the kernel actually evaluates
 };
 
 // Classifies a bool [B, Sq, Sk] mask (reads one scalar back from the device).
@@ -45,6 +50,9 @@ struct BlockOutput {
 };
 [[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, double scale);
+// The same over a plan: runs on the plan's rows / columns and scatters back (rows outside: out 0, lse -inf).
+[[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const BlockPlan& plan, double scale);
 
 // Online merge: folds a block's (out, lse) into the running (out, lse). An undefined running pair
 // takes the block's. Stable when either or both sides are -inf (fully masked so far / in the block).
@@ -63,5 +71,9 @@ struct BlockGrads {
 [[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
                                         const at::Tensor& mask, double scale);
+// The same over a plan (gradients outside the plan's rows / columns are 0).
+[[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
+                                        const BlockPlan& plan, double scale);
 
 }  // namespace cpbench::kernels

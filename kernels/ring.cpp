@@ -62,7 +62,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         visible += plan.visible_pairs;
         if (plan.kind != BlockKind::empty) {
           const at::Tensor kv = wire.from_wire(cur).to(cd);
-          merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan.mask, st.scale));
+          merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
         }
       }
       if (s + 1 < W) {
@@ -123,7 +123,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         const BlockPlan plan = st.plan(src);
         if (plan.kind != BlockKind::empty) {
           const at::Tensor kv = wire.from_wire(cur).to(cd);
-          BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan.mask, st.scale);
+          BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
           dq.add_(g.dq);
           contrib = at::stack({g.dk, g.dv});
         }
