@@ -373,7 +373,8 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     fwd.push_back(t.forward);
     bwd.push_back(t.backward);
     gath.push_back(t.gather);
-    attn_s.push_back(t.attn.compute_seconds + t.attn.comm_seconds);
+    // Compute only: time blocked in the ring's exchanges waits for the slowest peer and would hide it.
+    attn_s.push_back(t.attn.compute_seconds);
     comm_s.push_back(t.attn.comm_seconds);
     flops = t.attn.flops;
     bytes = static_cast<double>(t.attn.bytes_sent);

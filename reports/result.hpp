@@ -28,7 +28,7 @@ struct TensorError {
 
 struct RankStats {
   int rank = 0;
-  double attention_s = 0;      // median per step
+  double attention_s = 0;      // median per step: attention maths only (not time blocked in communication)
   double attention_flops = 0;  // per step (forward), under the actual mask
   double bytes_sent = 0;       // per step
   double comm_s = 0;           // per step, exposed
