@@ -14,6 +14,8 @@ CPBENCH_BUILD_DIR="${CPBENCH_BUILD_DIR:-$CPBENCH_ROOT/build}"
 CPBENCH_TORCH_DIR="$CPBENCH_CACHE/torch-$CPBENCH_TORCH_VERSION"
 export CCACHE_DIR="${CCACHE_DIR:-$CPBENCH_CACHE/ccache}"
 # Precompiled headers and ccache only mix with these sloppiness settings.
+# Relative paths in the ccache key, so every clone on this machine shares hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$CPBENCH_ROOT}"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 
