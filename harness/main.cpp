@@ -8,6 +8,7 @@
 #include "cpbench/version.hpp"
 #include "harness/fs_util.hpp"
 #include "harness/layout_command.hpp"
+#include "harness/plan_command.hpp"
 #include "harness/sweep.hpp"
 #include "reports/compare.hpp"
 #include "reports/json_report.hpp"
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   layout_cmd->add_option("--seq-len", layout_opts.seq_len, "sequence length S (tokens, before padding)");
   layout_cmd->add_option("--doc-lens", layout_opts.doc_lens, "document lengths for thd, e.g. 7,12,5")->delimiter(',');
   layout_cmd->add_option("--format", layout_opts.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  layout_cmd->add_option("--mask", layout_opts.mask, "mask a data-dependent layout balances for (workload_balanced)");
+  layout_cmd->add_option("--chunk-size", layout_opts.chunk_size, "workload_balanced chunk (0 = default rule)");
+
+  cpbench::PlanCommandOptions plan_opts;
+  auto* plan_cmd = app.add_subcommand("plan", "predict cost per layout x transport x W for a model, and recommend one");
+  cpbench::add_plan_options(*plan_cmd, plan_opts);
 
   cpbench::RunOptions run_opts;
   run_opts.scenario_file = default_scenario();
@@ -99,6 +106,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*layout_cmd) return cpbench::run_layout_command(layout_opts);
+    if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);
     if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold);

@@ -14,6 +14,7 @@ std::unique_ptr<Layout> make_striped_layout();
 std::unique_ptr<Layout> make_thd_layout();
 std::unique_ptr<Layout> make_sdpa_wrap_layout();
 std::unique_ptr<Layout> make_local_only_layout();
+std::unique_ptr<Layout> make_workload_balanced_layout();
 
 namespace {
 struct Entry {
@@ -30,6 +31,7 @@ const std::vector<Entry>& entries() {
       {"thd", {}, make_thd_layout},
       {"sdpa_wrap", {}, make_sdpa_wrap_layout},
       {"local_only", {}, make_local_only_layout},
+      {"workload_balanced", {}, make_workload_balanced_layout},
   };
   return all;
 }
