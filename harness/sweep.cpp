@@ -133,6 +133,15 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
       } else {
         r = run_case(spec, c, rt);
       }
+    } catch (const c10::Error& e) {
+      // c10 errors carry a C++ backtrace in what(); the report wants the message.
+      std::string msg = e.what_without_backtrace();
+      if (msg.find("timeout") != std::string::npos || msg.find("Timeout") != std::string::npos ||
+          msg.find("Timed out") != std::string::npos)
+        msg += detail::concat(" (a peer rank did not take part within timeout_s=", spec.timeout_s,
+                              ": it died, hung, or is out of step)");
+      std::ofstream(error_path(results_dir, c.index, env.rank)) << msg;
+      return 1;
     } catch (const std::exception& e) {
       std::ofstream(error_path(results_dir, c.index, env.rank)) << e.what();
       return 1;
