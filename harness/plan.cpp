@@ -787,13 +787,13 @@ Calibration calibrate(const Report& report) {
     ++cal.results;
     const RankStats* slowest = nullptr;
     for (const auto& rs : res.ranks) {
-      const double t = rs.attention_s - rs.comm_s;
+      const double t = rs.attention_s;  // attention maths only (reports/result.hpp)
       if (rs.attention_flops <= 0 || t <= 0) continue;
       sum_f += rs.attention_flops;
       sum_t += t;
       rates.push_back(kStepFactor * rs.attention_flops / t);
       ++cal.rank_samples;
-      if (!slowest || t > slowest->attention_s - slowest->comm_s) slowest = &rs;
+      if (!slowest || t > slowest->attention_s) slowest = &rs;
     }
     const auto axis = [&](const char* k) {
       const auto it = res.axes.find(k);
@@ -814,7 +814,7 @@ Calibration calibrate(const Report& report) {
     const double total_unit = static_cast<double>(make_transport(transport)->bytes_per_call(W, 1, 1, 1, 1, e));
     const double fwd_share = static_cast<double>((W - 1) * 2 * e) / total_unit;
     comm.push_back({transport, W, slowest->bytes_sent * fwd_share, slowest->bytes_sent * (1 - fwd_share),
-                    (slowest->attention_s - slowest->comm_s) / kStepFactor, slowest->comm_s});
+                    slowest->attention_s / kStepFactor, slowest->comm_s});
   }
   if (sum_t > 0) {
     cal.attention_flops = kStepFactor * sum_f / sum_t;

@@ -141,7 +141,8 @@ struct Plan {
                                                        Kernel kernel = Kernel::pairs);
 
 // Effective FLOP/s and bandwidth fitted from a measured report (ok results only):
-//   FLOP/s   = 3.5 * sum(attention_flops) / sum(attention_s - comm_s) over every rank of every result
+//   FLOP/s   = 3.5 * sum(attention_flops) / sum(attention_s) over every rank of every result
+//              (attention_s: attention maths only, fwd + bwd; comm_s: time blocked in communication)
 //   bandwidth: the value for which the planner's exposed-communication model, fed with each result's
 //              measured bytes and slowest-rank compute, best reproduces that rank's measured comm_s
 //              (least squares over results with cp > 1).

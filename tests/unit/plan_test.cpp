@@ -367,7 +367,7 @@ Report synthetic_report(double F, double B) {
       rs.attention_flops = sp.flops[r];
       const double compute = 3.5 * sp.flops[r] / F;
       rs.comm_s = step - compute;  // faster ranks wait for the slowest
-      rs.attention_s = step;
+      rs.attention_s = compute;  // attention maths only
       rs.bytes_sent = sp.bytes;
       res.ranks.push_back(rs);
     }
