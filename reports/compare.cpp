@@ -56,11 +56,11 @@ Comparison compare_reports(const Report& base, const Report& next, double thresh
 
 std::string comparison_table(const Comparison& c, double threshold) {
   std::ostringstream os;
-  os << std::left << std::setw(46) << "case" << std::right << std::setw(13) << "base tok/s" << std::setw(13)
+  os << std::left << std::setw(52) << "case" << std::right << std::setw(13) << "base tok/s" << std::setw(13)
      << "new tok/s" << std::setw(9) << "delta" << std::setw(9) << "allowed" << "  verdict\n";
   int regressions = 0;
   for (const auto& d : c.cases) {
-    os << std::left << std::setw(46) << d.name << std::right << std::fixed << std::setprecision(0) << std::setw(13);
+    os << std::left << std::setw(51) << d.name << " " << std::right << std::fixed << std::setprecision(0) << std::setw(13);
     if (d.base_tps > 0) os << d.base_tps; else os << d.base_status;
     os << std::setw(13);
     if (d.new_tps > 0) os << d.new_tps; else os << d.new_status;

@@ -186,10 +186,10 @@ std::string summary_table(const Report& rep) {
      << count_status(rep, "ok") << " ok, " << count_status(rep, "failed") << " failed, "
      << count_status(rep, "skipped") << " skipped" << (rep.partial ? " (PARTIAL: " + rep.partial_reason + ")" : "")
      << "\n";
-  os << std::left << std::setw(46) << "case" << std::setw(9) << "status" << std::setw(10) << "outcome" << std::right
+  os << std::left << std::setw(52) << "case" << std::setw(9) << "status" << std::setw(10) << "outcome" << std::right
      << std::setw(12) << "tokens/s" << std::setw(11) << "imbalance" << std::setw(12) << "max rel err" << "\n";
   for (const auto& r : rep.results) {
-    os << std::left << std::setw(46) << r.name << std::setw(9) << r.status << std::setw(10)
+    os << std::left << std::setw(51) << r.name << " " << std::setw(9) << r.status << std::setw(10)
        << (r.outcome.empty() ? "-" : r.outcome) << std::right << std::setw(12) << metric_text(r, "tokens_per_s", 4)
        << std::setw(11) << metric_text(r, "attention_flops_imbalance", 3) << std::setw(12)
        << (r.errors.empty() ? "" : num(worst_rel(r), 2)) << "\n";

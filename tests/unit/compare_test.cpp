@@ -5,6 +5,12 @@
 #include "reports/compare.hpp"
 #include "reports/json_report.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
 using namespace cpbench;
 
 namespace {
@@ -71,4 +77,23 @@ TEST(ReportJson, RoundTripsEveryField) {
   EXPECT_EQ(to_json(back).dump(), to_json(r).dump());
   EXPECT_TRUE(back.partial);
   EXPECT_THROW((void)report_from_json(nlohmann::json{{"schema", "other"}}), std::runtime_error);
+}
+
+// The CLI, as a user runs it: unchanged report passes (exit 0), halved throughput fails (exit 1),
+// a missing file is bad input (exit 2).
+TEST(CompareCli, DoctoredReportWithHalvedThroughputFails) {
+  const std::string base = std::string(CPBENCH_SOURCE_DIR) + "/reports/baselines/perf_ci.json";
+  nlohmann::json j = read_json_file(base);
+  for (auto& r : j["results"])
+    if (r["metrics"].contains("tokens_per_s")) r["metrics"]["tokens_per_s"]["value"] = r["metrics"]["tokens_per_s"]["value"].get<double>() / 2;
+  const std::string halved = "/tmp/cpbench-compare-halved-" + std::to_string(::getpid()) + ".json";
+  write_json_file(halved, j);
+  auto run = [](const std::string& args) {
+    const int st = std::system((std::string(CPBENCH_EXE) + " compare " + args + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  EXPECT_EQ(run(base + " " + base), 0);
+  EXPECT_EQ(run(base + " " + halved), 1);
+  EXPECT_EQ(run(base + " /nonexistent.json"), 2);
+  std::remove(halved.c_str());
 }
