@@ -130,6 +130,10 @@ TensorError compare(const std::string& name, const at::Tensor& cp_in, const at::
   return e;
 }
 
+// A parameter the forward did not use (the embedding when inputs_embeds is the primary) has no
+// gradient; for the comparison and the all-reduce it is exactly zero.
+at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
+
 struct StepTimes {
   double shard = 0, forward = 0, backward = 0, gather = 0, total = 0;
   AttentionStats attn;
@@ -203,7 +207,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     ref.loss = loss.detach();
     ref.logits = out.logits.detach();
     ref.x0_grad = out.x0.grad().detach();
-    for (auto& [name, p] : params) ref.grads.push_back(p.grad().detach().clone());
+    for (auto& [name, p] : params) ref.grads.push_back(grad_or_zeros(p).detach().clone());
     ref.seconds = seconds_since(t);
   }
 
@@ -289,13 +293,13 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       loss.backward();
       // Parameter gradients: sum of the CP ranks' partial gradients, in one flat buffer.
       std::vector<at::Tensor> grads;
-      for (auto& [name, p] : params) grads.push_back(p.grad().flatten());
+      for (auto& [name, p] : params) grads.push_back(grad_or_zeros(p).flatten());
       at::Tensor flat = at::cat(grads);
       comm.all_reduce_sum(flat);
       int64_t off = 0;
       for (auto& [name, p] : params) {
         const int64_t n = p.numel();
-        p.mutable_grad().copy_(flat.narrow(0, off, n).view_as(p));
+        p.mutable_grad() = flat.narrow(0, off, n).view_as(p).clone();
         off += n;
       }
     }
