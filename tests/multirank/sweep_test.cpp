@@ -124,3 +124,44 @@ TEST(InterruptedSweep, LeavesAValidPartialReport) {
   EXPECT_EQ(r.results[0].status, "ok");
   fsu::remove_tree(dir);
 }
+
+// Joining an existing job: two `cpbench run` processes started with the torchrun environment
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK) run the W=2 cases in-process; rank 0
+// writes the report; cases of another world size are skipped with the reason.
+#include "harness/comm/launcher.hpp"
+
+TEST(JoinedJob, TorchrunStyleEnvironmentRunsTheCasesInProcess) {
+  const std::string dir = temp_dir("joined");
+  const std::string scenario = dir + "/joined.yaml";
+  std::ofstream(scenario) << R"(name: joined
+model: {preset: tiny}
+batch: {batch_size: 1, seq_len: 64, documents: [30, 34]}
+timeout_s: 30
+sweep:
+  sharder: [load_balanced, thd]
+  transport: ring
+  cp: [2, 3]
+)";
+  comm::LaunchOptions o;
+  o.executable = CPBENCH_EXE;
+  o.args = {"run", scenario, "--out", dir + "/out"};
+  o.world_size = 2;
+  o.env["OMP_NUM_THREADS"] = "1";
+  o.deadline = std::chrono::seconds(120);
+  comm::LaunchResult lr = comm::launch(o);
+  EXPECT_TRUE(lr.ok()) << lr.describe_failures();
+  Report r = report_from_json(read_json_file(dir + "/out/report.json"));
+  EXPECT_EQ(r.env.launcher, "joined");
+  EXPECT_FALSE(r.partial);
+  ASSERT_EQ(r.results.size(), 4u);
+  for (const auto& c : r.results) {
+    if (c.axes.at("cp") == "2") {
+      EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
+      EXPECT_EQ(c.outcome, "match") << c.name;
+    } else {
+      EXPECT_EQ(c.status, "skipped") << c.name;
+      EXPECT_NE(c.reason.find("needs world size cp x dp = 3, the job has 2"), std::string::npos) << c.reason;
+    }
+  }
+  fsu::remove_tree(dir);
+}
