@@ -1,6 +1,7 @@
 #include "harness/case_runner.hpp"
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <nvtx3/nvtx3.hpp>
 
 #include <algorithm>
@@ -154,6 +155,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   if (cuda) {
     const int n = static_cast<int>(torch::cuda::device_count());
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rt.local_rank % n));
+    c10::cuda::set_device(device.index());  // NCCL binds the communicator to the current device
     // NCCL needs one GPU per rank; ranks sharing a GPU talk over Gloo (reported in the axes).
     if (n >= rt.world_size) kind = comm::BackendKind::nccl;
   }
