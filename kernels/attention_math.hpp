@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace cpbench::kernels {
 
@@ -20,29 +21,63 @@ namespace cpbench::kernels {
 [[nodiscard]] at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              const at::Tensor& mask, double scale);
 
-// How one (query block, key block) pair is evaluated.
+// How one (query block, key block) pair, or one tile of it, is evaluated.
 enum class BlockKind {
   empty,   // no visible pair: skipped entirely
   full,    // every pair visible: runs without a mask tensor
   masked,  // runs with the mask
 };
 
+// Edge of the square (query tile x key tile) cells the block kernels split a block into; the last
+// tile of each side may be shorter. They skip empty cells, run full cells without a mask and masked
+// cells with it, so their work follows the visible pairs to within one tile per mask edge.
+inline constexpr int64_t kBlockTile = 64;
+
+// Per-cell classification of a bool [B, Sq, Sk] block mask (summed over the batch: a cell is full
+// when every batch row sees every pair of it).
+struct TileMap {
+  int64_t rows = 0, cols = 0;   // Sq, Sk of the mask it describes
+  int64_t n_q = 0, n_k = 0;     // ceil(Sq / kBlockTile), ceil(Sk / kBlockTile)
+  std::vector<BlockKind> kind;  // row-major [n_q, n_k]
+  int64_t visible_pairs = 0;    // summed over the batch
+  int64_t computed_pairs = 0;   // B x the area of the non-empty cells
+};
+// Counts every cell's visible pairs with one device -> host copy (the [n_q, n_k] counts), whatever
+// the device.
+[[nodiscard]] TileMap tile_map(const at::Tensor& mask);
+
 struct BlockPlan {
   BlockKind kind = BlockKind::empty;
   // Sub-block trimming: when only some query rows / key columns of the block can see anything
-  // (head-tail blocks off the diagonal see exactly half a block), the maths runs on those rows and
-  // columns only. Undefined = all. int64 indices into the block's Sq / Sk.
+  // (head-tail blocks off the diagonal see exactly half a block) and dropping the others saves a
+  // quarter of what the cells would compute, the maths runs on those rows and columns only.
+  // Undefined = all. int64 indices into the block's Sq / Sk.
   at::Tensor rows, cols;
-  at::Tensor mask;            // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
-  int64_t visible_pairs = 0;  // summed over the batch, per head
-  int64_t computed_pairs = 0; // |rows| x |cols| x B: what the kernel actually evaluates
+  at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
+                               // (plan_from_cells: meaningful in the masked cells only)
+  TileMap tiles;               // of `mask` when kind == masked (empty otherwise)
+  int64_t visible_pairs = 0;   // summed over the batch, per head
+  int64_t computed_pairs = 0;  // what the kernel actually evaluates: B x (|rows| x |cols| when full,
+                               // the non-empty cells' area when masked, 0 when empty)
 };
 
-// Classifies a bool [B, Sq, Sk] mask (reads one scalar back from the device).
+// Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
 [[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);
 
+// A plan from a cell classification made without the block's whole mask (the transports classify
+// cells from token metadata: kernels/transport_common.hpp). `kind` is row-major [n_q, n_k] over the
+// kBlockTile cells of a [batch, rows, cols] block: its full and empty cells must be exact; its masked
+// cells come with `cell_masks`, bool [n_masked, batch, kBlockTile, kBlockTile] in row-major cell
+// order (false past the block's edge). Masked cells that turn out full or empty are reclassified.
+// The result has no rows / cols trimming; its mask is meaningful in the masked cells of `tiles` only
+// (undefined when none is left). visible_pairs is exact. One device -> host copy.
+[[nodiscard]] BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector<BlockKind> kind,
+                                        const at::Tensor& cell_masks);
+
 // Partial attention of one block. Not differentiable (call under no-grad or from a custom Function).
-// q, k, v in the compute dtype; mask undefined (all visible) or bool [B, Sq, Sk].
+// q, k, v in the compute dtype; mask undefined (all visible) or bool [B, Sq, Sk]. A masked block is
+// evaluated cell by cell (kBlockTile), the cells of a query tile merged along the keys with the
+// log-sum-exp merge below: the same result as one dense evaluation, up to rounding.
 // Returns out [B, Hq, Sq, D] normalized within the block and lse [B, Hq, Sq], both in the compute dtype.
 struct BlockOutput {
   at::Tensor out;
@@ -50,7 +85,8 @@ struct BlockOutput {
 };
 [[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, double scale);
-// The same over a plan: runs on the plan's rows / columns and scatters back (rows outside: out 0, lse -inf).
+// The same over a plan: runs on the plan's rows / columns and cells and scatters back (rows outside:
+// out 0, lse -inf).
 [[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const BlockPlan& plan, double scale);
 
@@ -62,7 +98,8 @@ void merge_block(at::Tensor& out, at::Tensor& lse, const BlockOutput& block);
 //   P = exp(S - lse), dV = P^T dO, dP = dO V^T, dS = P * (dP - dsum), dQ = dS K * scale, dK = dS^T Q * scale,
 // with dK/dV summed over each query-head group. Inputs in the compute dtype:
 //   dout [B, Hq, Sq, D], lse [B, Hq, Sq] (global, -inf on fully masked rows), dsum [B, Hq, Sq] = rowsum(dO * O).
-// Returns dq [B, Hq, Sq, D], dk and dv [B, Hkv, Sk, D] in the compute dtype.
+// Returns dq [B, Hq, Sq, D], dk and dv [B, Hkv, Sk, D] in the compute dtype. Masked blocks are
+// evaluated cell by cell like block_forward (dQ accumulated per query tile, dK/dV per key tile).
 struct BlockGrads {
   at::Tensor dq;
   at::Tensor dk;
@@ -71,7 +108,7 @@ struct BlockGrads {
 [[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
                                         const at::Tensor& mask, double scale);
-// The same over a plan (gradients outside the plan's rows / columns are 0).
+// The same over a plan (gradients outside the plan's rows / columns / non-empty cells are 0).
 [[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
                                         const BlockPlan& plan, double scale);

@@ -36,9 +36,19 @@ struct TransportState {
   std::string nvtx_prefix;
   AttendShape shape;
 
-  // Mask of this rank's queries against the key block of rank `src` (columns [src*S, (src+1)*S) of all).
+  // Plan of this rank's queries against the key block of rank `src` (columns [src*S, (src+1)*S) of
+  // all), from plan_block(mask, local, keys) below.
   [[nodiscard]] BlockPlan plan(int src) const;
 };
+
+// The plan of queries `q` against keys `k` under `mask`: the same cells, visible pairs and
+// effective mask as plan_block(build_mask(mask, q, k)) up to rows / cols trimming (none here), but
+// without building the whole [B, Sq, Sk] mask. Each kBlockTile cell is classified from per-tile
+// bounds of the metadata (position, segment and document ranges, key validity), which decide full
+// and empty cells exactly; only the cells they leave open get their masks built. So planning costs
+// O(Sq + Sk + cells + masked cells' area), not O(Sq x Sk). Two device -> host copies.
+[[nodiscard]] BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k);
+
 [[nodiscard]] TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
                                         const at::Device& device);
 
