@@ -1,14 +1,11 @@
 #include "kernels/mask.hpp"
 
-#include <charconv>
-
 #include "sharders/check.hpp"
+#include "sharders/mask_area.hpp"
 
 namespace cpbench {
 
 namespace {
-constexpr const char* kKnownMasks = "causal, full, document, sliding_window:N (N >= 1)";
-constexpr std::string_view kWindowPrefix = "sliding_window:";
 
 // Broadcast helpers: [B, N] -> [B, N, 1] (query side) and [B, 1, N] (key side).
 at::Tensor as_rows(const at::Tensor& t) { return t.unsqueeze(2); }
@@ -23,24 +20,13 @@ at::Tensor to_or_undefined(const at::Tensor& t, const at::Device& device) {
 }  // namespace
 
 MaskSpec MaskSpec::parse(const std::string& text) {
+  // One grammar for mask text: the layout code's parser (sharders/ sits below kernels/).
+  const mask_area::Mask parsed = mask_area::Mask::parse(text);
+  static_assert(static_cast<int>(mask_area::Mask::Kind::sliding_window) == static_cast<int>(Kind::sliding_window) &&
+                static_cast<int>(mask_area::Mask::Kind::document) == static_cast<int>(Kind::document));
   MaskSpec m;
-  if (text == "causal") {
-    m.kind = Kind::causal;
-  } else if (text == "full") {
-    m.kind = Kind::full;
-  } else if (text == "document") {
-    m.kind = Kind::document;
-  } else if (text.starts_with(kWindowPrefix)) {
-    const std::string_view digits = std::string_view(text).substr(kWindowPrefix.size());
-    int64_t w = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), w);
-    CP_CHECK_USAGE(!digits.empty() && ec == std::errc() && end == digits.data() + digits.size() && w >= 1,
-                   "attention mask '", text, "': the window after 'sliding_window:' must be a positive integer");
-    m.kind = Kind::sliding_window;
-    m.window = w;
-  } else {
-    throw UsageError(detail::concat("unknown attention mask '", text, "' (known: ", kKnownMasks, ")"));
-  }
+  m.kind = static_cast<Kind>(static_cast<int>(parsed.kind));
+  m.window = parsed.window;
   return m;
 }
 
