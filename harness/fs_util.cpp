@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench::fsu {
 

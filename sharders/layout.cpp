@@ -1,6 +1,6 @@
 #include "sharders/layout.hpp"
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <string_view>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench::mask_area {
 

@@ -3,7 +3,7 @@
 // are visible. Used by the workload_balanced layout (chunk areas) and by the planner (per-rank FLOPs),
 // so both count exactly what the CP transports compute and report as visible pairs.
 //
-// Semantics are kernels/mask.hpp's. Every stream position p carries a mask coordinate pos[p] (its
+// Semantics are sharders/mask.hpp's. Every stream position p carries a mask coordinate pos[p] (its
 // position in the input row), a document and a valid flag, and a key k is visible to a query q iff
 // valid[k] and
 //     causal:           pos[k] <= pos[q]
@@ -12,7 +12,7 @@
 //     sliding_window w: pos[q] - w < pos[k] <= pos[q]
 // Queries are not filtered: a padding query sees whatever valid keys the rule lets it see (the
 // transports mask keys only), except under `document`, where unpacked padding belongs to no document.
-// Stream metadata mirrors what the runner builds (harness/data.cpp, stream_meta): unpacked streams
+// Stream metadata mirrors what the runner builds (harness/model/data.cpp, stream_meta): unpacked streams
 // hold the documents packed from position 0, then padding (row padding past the documents, then
 // layout padding), and pos[p] = p; packed (thd) streams hold each document padded in its own slot,
 // pos = the token's row position, pad slots continuing their document's count (so they may share a

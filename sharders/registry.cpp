@@ -3,7 +3,7 @@
 #include <functional>
 #include <map>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench {
 

@@ -1,7 +1,7 @@
 // thd: packed documents in one flat stream (Transformer Engine's THD partition). Each document is
 // padded to a multiple of 2W and split head-tail on its own: rank r owns chunks r and 2W-1-r of every
 // document, documents in order. The map depends on the document lengths, so it comes with the shard.
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/layout.hpp"
 
 namespace cpbench {

@@ -8,7 +8,7 @@
 #include <queue>
 #include <set>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/layout.hpp"
 #include "sharders/mask_area.hpp"
 

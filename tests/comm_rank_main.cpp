@@ -11,9 +11,9 @@
 #include <iostream>
 #include <string>
 
-#include "harness/comm/communicator.hpp"
-#include "harness/comm/launcher.hpp"
-#include "harness/comm/process_group.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "harness/launcher/launcher.hpp"
+#include "kernels/comm/process_group.hpp"
 
 using namespace cpbench;
 

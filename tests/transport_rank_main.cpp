@@ -25,11 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/autograd.hpp"
-#include "harness/comm/communicator.hpp"
-#include "harness/comm/launcher.hpp"
-#include "harness/comm/process_group.hpp"
-#include "kernels/transport.hpp"
+#include "kernels/comm/autograd.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "harness/launcher/launcher.hpp"
+#include "kernels/comm/process_group.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/transports/transport.hpp"
 #include "sharders/layout.hpp"
 
 using namespace cpbench;

@@ -7,7 +7,7 @@
 // Counters: cases planned, and seconds per case.
 #include <benchmark/benchmark.h>
 
-#include "harness/plan.hpp"
+#include "harness/planner/plan.hpp"
 
 using namespace cpbench;
 

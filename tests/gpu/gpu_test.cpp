@@ -8,10 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness/comm/communicator.hpp"
-#include "harness/comm/process_group.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "kernels/comm/process_group.hpp"
 #include "harness/fs_util.hpp"
-#include "kernels/transport.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 
 using namespace cpbench;

@@ -1,10 +1,10 @@
 // Calibration: the block kernel's work follows the visible pairs, and the per-rank attention time a
 // real `cpbench run` measures follows the per-rank FLOPs the planner predicts (issue 5, item 2).
 //
-// In-process: the tiled block kernel (kernels/attention_math.hpp) against the autograd reference on
+// In-process: the tiled block kernel (kernels/attention/attention_math.hpp) against the autograd reference on
 // cell patterns that reach every path (empty / full / masked cells, several runs per query tile, runs
 // cut to the score budget, rows that see nothing, batch rows that differ), and the metadata planner
-// (kernels/transport_common.hpp) against plan_block(build_mask(...)).
+// (kernels/transports/transport_common.hpp) against plan_block(build_mask(...)).
 // End to end: tests/data/calibration.yaml through the cpbench binary. Per case the report's per-rank
 // attention_flops equal plan::predicted_rank_flops exactly (prediction = measurement of work), and the
 // measured attention-time imbalance (max / mean of ranks[].attention_s) is within 10% of the
@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "harness/fs_util.hpp"
-#include "harness/plan.hpp"
-#include "harness/scenario.hpp"
-#include "kernels/attention_math.hpp"
-#include "kernels/mask.hpp"
-#include "kernels/transport_common.hpp"
+#include "harness/planner/plan.hpp"
+#include "harness/runner/scenario.hpp"
+#include "kernels/attention/attention_math.hpp"
+#include "sharders/mask.hpp"
+#include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"
 
 using namespace cpbench;

@@ -1,10 +1,10 @@
 // Real processes, real c10d Gloo over a TCPStore on loopback: the distributed stack works from C++
-// with Debian's gloo headers (see harness/comm/process_group.cpp).
+// with Debian's gloo headers (see kernels/comm/process_group.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "harness/comm/launcher.hpp"
+#include "harness/launcher/launcher.hpp"
 
 using namespace cpbench;
 

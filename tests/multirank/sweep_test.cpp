@@ -128,7 +128,7 @@ TEST(InterruptedSweep, LeavesAValidPartialReport) {
 // Joining an existing job: two `cpbench run` processes started with the torchrun environment
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK) run the W=2 cases in-process; rank 0
 // writes the report; cases of another world size are skipped with the reason.
-#include "harness/comm/launcher.hpp"
+#include "harness/launcher/launcher.hpp"
 
 TEST(JoinedJob, TorchrunStyleEnvironmentRunsTheCasesInProcess) {
   const std::string dir = temp_dir("joined");

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/autograd.hpp"
-#include "harness/comm/launcher.hpp"
-#include "kernels/attention_math.hpp"
-#include "kernels/transport.hpp"
-#include "sharders/check.hpp"
+#include "kernels/comm/autograd.hpp"
+#include "harness/launcher/launcher.hpp"
+#include "kernels/attention/attention_math.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/transports/transport.hpp"
+#include "sharders/core/check.hpp"
 
 using namespace cpbench;
 

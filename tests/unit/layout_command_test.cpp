@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/layout_command.hpp"
-#include "sharders/check.hpp"
+#include "harness/cli/layout_command.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
 
 using namespace cpbench;

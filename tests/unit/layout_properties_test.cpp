@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
 
 using namespace cpbench;

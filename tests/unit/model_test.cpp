@@ -1,10 +1,11 @@
 // The test model: deterministic parameters, the SDPA hook point and its guard, the loss contract.
 #include <gtest/gtest.h>
 
-#include "harness/data.hpp"
-#include "harness/model.hpp"
-#include "kernels/transport.hpp"
-#include "sharders/check.hpp"
+#include "harness/model/data.hpp"
+#include "harness/model/model.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/transports/transport.hpp"
+#include "sharders/core/check.hpp"
 
 using namespace cpbench;
 

@@ -2,7 +2,7 @@
 // metadata, the analytic bounds of peers-and-limits §9.2, the ring-flash-attention setting (§3.2), the
 // transports' byte formulas, the JSON schema, the recommendation on packed documents, calibration
 // from a synthetic report, the document distributions, and one-line exit-2 errors for bad input.
-#include "harness/plan.hpp"
+#include "harness/planner/plan.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/data.hpp"
-#include "harness/plan_command.hpp"
-#include "kernels/mask.hpp"
-#include "kernels/transport.hpp"
+#include "harness/model/data.hpp"
+#include "harness/cli/plan_command.hpp"
+#include "sharders/mask.hpp"
+#include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
 
 using namespace cpbench;
@@ -71,7 +71,7 @@ const plan::PlanCase& find_case(const plan::Plan& p, const std::string& sharder,
   throw std::runtime_error("no case " + sharder + "/" + transport + " cp=" + std::to_string(cp));
 }
 
-// Visible pairs per rank exactly as the runner sets a case up: the global batch of harness/data.cpp,
+// Visible pairs per rank exactly as the runner sets a case up: the global batch of harness/model/data.cpp,
 // the Sharder with the case's mask, the stream metadata, and kernels' build_mask of each rank's
 // queries against every rank's keys (what the transports sum into AttentionStats::visible_pairs).
 std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W, int64_t S,

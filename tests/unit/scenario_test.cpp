@@ -1,8 +1,8 @@
 // Scenario parsing: one place, precise errors naming file and key, cartesian product of cases.
 #include <gtest/gtest.h>
 
-#include "harness/scenario.hpp"
-#include "sharders/check.hpp"
+#include "harness/runner/scenario.hpp"
+#include "sharders/core/check.hpp"
 
 using namespace cpbench;
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "sharders/check.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/layout.hpp"
 #include "sharders/registry.hpp"
 #include "sharders/sharder.hpp"

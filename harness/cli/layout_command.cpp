@@ -1,0 +1,118 @@
+#include "harness/cli/layout_command.hpp"
+
+#include <iostream>
+#include <sstream>
+
+#include "sharders/core/check.hpp"
+#include "sharders/registry.hpp"
+
+namespace cpbench {
+
+GlobalLayout compute_layout_for_command(const LayoutCommandOptions& o) {
+  auto layout = make_layout(o.sharder);
+  CP_CHECK_USAGE(o.cp >= 1, "--cp: expected a positive integer, got ", o.cp);
+  CP_CHECK_USAGE(o.format == "table" || o.format == "json", "--format: expected table or json, got '", o.format, "'");
+  for (size_t i = 0; i < o.doc_lens.size(); ++i)
+    CP_CHECK_USAGE(o.doc_lens[i] >= 1, "--doc-lens[", i, "]: expected a positive length, got ", o.doc_lens[i]);
+  LayoutRequest req;
+  req.cp = o.cp;
+  req.mask = o.mask;
+  req.chunk_size = o.chunk_size;
+  if (layout->packed()) {
+    CP_CHECK_USAGE(!o.doc_lens.empty() || o.seq_len >= 1, "--doc-lens (or --seq-len for one document) is required for ",
+                   layout->name());
+    req.doc_lens = o.doc_lens;
+    req.seq_len = o.seq_len;
+    if (!o.doc_lens.empty() && o.seq_len > 0) {
+      int64_t total = 0;
+      for (auto d : o.doc_lens) total += d;
+      CP_CHECK_USAGE(total <= o.seq_len, "--doc-lens sum to ", total, " tokens, more than --seq-len ", o.seq_len);
+    }
+  } else {
+    CP_CHECK_USAGE(o.seq_len >= 1 || !o.doc_lens.empty(), "--seq-len: expected a positive integer for ", layout->name(),
+                   ", got ", o.seq_len);
+    int64_t total = 0;
+    for (auto d : o.doc_lens) total += d;
+    req.seq_len = o.seq_len >= 1 ? o.seq_len : total;
+    CP_CHECK_USAGE(total <= req.seq_len, "--doc-lens sum to ", total, " tokens, more than --seq-len ", req.seq_len);
+    req.doc_lens = o.doc_lens;
+  }
+  try {
+    return layout->compute(req);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+nlohmann::json layout_to_json(const GlobalLayout& g) {
+  nlohmann::json j;
+  j["sharder"] = g.layout;
+  j["cp"] = g.cp;
+  j["original_seq_len"] = g.original_seq_len >= 0 ? nlohmann::json(g.original_seq_len) : nlohmann::json(nullptr);
+  j["padded_seq_len"] = g.padded_seq_len;
+  j["ranks"] = g.ranks;
+  if (!g.cu_seqlens_padded.empty()) {
+    j["cu_seqlens"] = g.cu_seqlens;
+    j["cu_seqlens_padded"] = g.cu_seqlens_padded;
+  }
+  return j;
+}
+
+std::string spans_text(const std::vector<int64_t>& pos) {
+  std::ostringstream os;
+  for (size_t i = 0; i < pos.size();) {
+    size_t j = i;
+    while (j + 1 < pos.size() && pos[j + 1] == pos[j] + 1) ++j;
+    if (i) os << ", ";
+    os << pos[i];
+    if (j > i) os << "-" << pos[j];
+    i = j + 1;
+  }
+  return os.str();
+}
+
+std::string layout_to_table(const GlobalLayout& g) {
+  std::ostringstream os;
+  os << "sharder " << g.layout << ", cp " << g.cp;
+  if (g.original_seq_len >= 0) os << ", seq_len " << g.original_seq_len;
+  os << ", padded to " << g.padded_seq_len << " (" << g.local_len() << " tokens per rank)\n";
+  if (!g.cu_seqlens_padded.empty()) {
+    os << "documents (real lengths):  cu_seqlens        " << shape_str(g.cu_seqlens) << "\n";
+    os << "documents (padded stream): cu_seqlens_padded " << shape_str(g.cu_seqlens_padded) << "\n";
+  }
+  // A position is padding when it lies past its sequence's real length: past original_seq_len for
+  // unpacked layouts, past the document's real length (cu_seqlens) within its padded slot
+  // (cu_seqlens_padded) for packed ones.
+  std::vector<char> is_pad(static_cast<size_t>(g.padded_seq_len), 0);
+  if (!g.cu_seqlens_padded.empty()) {
+    for (size_t d = 0; d + 1 < g.cu_seqlens_padded.size() && d + 1 < g.cu_seqlens.size(); ++d) {
+      const int64_t real = g.cu_seqlens[d + 1] - g.cu_seqlens[d];
+      for (int64_t p = g.cu_seqlens_padded[d] + real; p < g.cu_seqlens_padded[d + 1]; ++p)
+        is_pad[static_cast<size_t>(p)] = 1;
+    }
+  } else if (g.original_seq_len >= 0) {
+    for (int64_t p = g.original_seq_len; p < g.padded_seq_len; ++p) is_pad[static_cast<size_t>(p)] = 1;
+  }
+  os << "rank  tokens  global positions (local order)\n";
+  for (size_t r = 0; r < g.ranks.size(); ++r) {
+    int64_t pads = 0;
+    for (auto p : g.ranks[r]) pads += is_pad[static_cast<size_t>(p)];
+    os << (r < 10 ? "   " : "  ") << r << "  " << g.ranks[r].size() << "  " << spans_text(g.ranks[r]);
+    if (pads) os << "   (" << pads << " padding)";
+    os << "\n";
+  }
+  return os.str();
+}
+
+int run_layout_command(const LayoutCommandOptions& o) {
+  GlobalLayout g = compute_layout_for_command(o);
+  if (o.format == "json")
+    std::cout << layout_to_json(g).dump() << "\n";
+  else
+    std::cout << layout_to_table(g);
+  return 0;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,121 @@
+// cpbench command line. Parses argv (CLI11) into plain option structs and calls the library; every
+// error becomes one readable line on stderr: exit 2 for bad input, 1 for a failed run.
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "sharders/core/version.hpp"
+#include "harness/fs_util.hpp"
+#include "harness/cli/layout_command.hpp"
+#include "harness/cli/plan_command.hpp"
+#include "harness/runner/sweep.hpp"
+#include "reports/compare.hpp"
+#include "reports/json_report.hpp"
+#include "sharders/core/check.hpp"
+#include "sharders/registry.hpp"
+
+namespace {
+
+std::string version_text() {
+  std::ostringstream os;
+  os << "cpbench " << cpbench::version() << " (commit " << cpbench::git_commit() << "), torch " << TORCH_VERSION
+     << ", CUDA " << (torch::cuda::is_available() ? "available (" + std::to_string(torch::cuda::device_count()) + " GPU)" : "not available");
+  return os.str();
+}
+
+// scenarios/quickstart.yaml next to the executable's source tree, or in the working directory.
+std::string default_scenario() {
+  const std::string rel = "scenarios/quickstart.yaml";
+  if (cpbench::fsu::exists(rel)) return rel;
+  const std::string src = std::string(CPBENCH_SOURCE_DIR) + "/" + rel;
+  return src;
+}
+
+cpbench::Report load_report(const std::string& path) {
+  try {
+    return cpbench::report_from_json(cpbench::read_json_file(path));
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    throw cpbench::UsageError(msg.rfind(path, 0) == 0 ? msg : path + ": " + msg);
+  }
+}
+
+int run_compare(const std::string& base_path, const std::string& new_path, double threshold_pct) {
+  const cpbench::Report base = load_report(base_path), next = load_report(new_path);
+  if (base.partial) std::cerr << "cpbench compare: warning: " << base_path << " is a partial report\n";
+  if (next.partial) std::cerr << "cpbench compare: warning: " << new_path << " is a partial report\n";
+  const auto c = cpbench::compare_reports(base, next, threshold_pct / 100.0);
+  std::cout << cpbench::comparison_table(c, threshold_pct / 100.0);
+  return c.regressed() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cpbench: context-parallel sequence sharding, correctness and throughput"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", version_text);
+
+  cpbench::LayoutCommandOptions layout_opts;
+  std::string doc_lens_text;
+  auto* layout_cmd = app.add_subcommand("layout", "show which rank owns which token under a layout");
+  layout_cmd->add_option("--sharder", layout_opts.sharder, "layout name: " + cpbench::known_layouts_text())->required();
+  layout_cmd->add_option("--cp", layout_opts.cp, "CP world size W")->required();
+  layout_cmd->add_option("--seq-len", layout_opts.seq_len, "sequence length S (tokens, before padding)");
+  layout_cmd->add_option("--doc-lens", layout_opts.doc_lens, "document lengths for thd, e.g. 7,12,5")->delimiter(',');
+  layout_cmd->add_option("--format", layout_opts.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  layout_cmd->add_option("--mask", layout_opts.mask, "mask a data-dependent layout balances for (workload_balanced)");
+  layout_cmd->add_option("--chunk-size", layout_opts.chunk_size, "workload_balanced chunk (0 = default rule)");
+
+  cpbench::PlanCommandOptions plan_opts;
+  auto* plan_cmd = app.add_subcommand("plan", "predict cost per layout x transport x W for a model, and recommend one");
+  cpbench::add_plan_options(*plan_cmd, plan_opts);
+
+  cpbench::RunOptions run_opts;
+  run_opts.scenario_file = default_scenario();
+  auto* run_cmd = app.add_subcommand("run", "run a scenario on real ranks and write report.json/.md/.html");
+  run_cmd->add_option("scenario", run_opts.scenario_file, "scenario YAML (default: scenarios/quickstart.yaml)");
+  run_cmd->add_option("--out", run_opts.out_dir, "output directory for the reports")->envname("CPBENCH_OUT");
+  run_cmd->add_option("--filter", run_opts.filter, "only cases whose name matches this regex")->envname("CPBENCH_FILTER");
+  run_cmd->add_option("-a,--axis", run_opts.overrides, "override a sweep axis, e.g. -a cp=[2,4] -a sharder=thd");
+
+  std::string compare_base, compare_new;
+  double compare_threshold = 5.0;
+  auto* compare_cmd = app.add_subcommand("compare", "compare two report.json files; exit 1 on a regression");
+  compare_cmd->add_option("base", compare_base, "baseline report.json")->required();
+  compare_cmd->add_option("new", compare_new, "new report.json")->required();
+  compare_cmd->add_option("--threshold", compare_threshold, "allowed throughput drop in percent (default 5)")
+      ->check(CLI::Range(0.0, 100.0));
+
+  cpbench::RankCommandOptions rank_opts;
+  auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
+  rank_cmd->group("");  // hidden
+  rank_cmd->add_option("--scenario", rank_opts.scenario_file)->required();
+  rank_cmd->add_option("--cases", rank_opts.cases)->delimiter(',')->required();
+  rank_cmd->add_option("--results", rank_opts.results_dir)->required();
+  rank_cmd->add_option("-a", rank_opts.overrides);
+  rank_cmd->add_option("--progress-done", rank_opts.progress_done);
+  rank_cmd->add_option("--progress-total", rank_opts.progress_total);
+  rank_cmd->add_option("--elapsed-before", rank_opts.elapsed_before_s);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (*layout_cmd) return cpbench::run_layout_command(layout_opts);
+    if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
+    if (*run_cmd) return cpbench::run_command(run_opts);
+    if (*rank_cmd) return cpbench::rank_command(rank_opts);
+    if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold);
+  } catch (const cpbench::UsageError& e) {
+    std::cerr << "cpbench: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "cpbench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,114 @@
+#include "harness/cli/plan_command.hpp"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "harness/fs_util.hpp"
+#include "reports/json_report.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
+  std::string models, clusters;
+  for (const auto& m : plan::model_presets()) models += (models.empty() ? "" : ", ") + m.name;
+  for (const auto& c : plan::cluster_presets()) clusters += (clusters.empty() ? "" : ", ") + c.name;
+  cmd.add_option("--model", o.model, "model preset: " + models + " (or tiny, small)");
+  cmd.add_option("--layers", o.layers, "transformer layers (overrides the preset)");
+  cmd.add_option("--hidden", o.hidden, "hidden size");
+  cmd.add_option("--heads", o.heads, "query heads");
+  cmd.add_option("--kv-heads", o.kv_heads, "key/value heads");
+  cmd.add_option("--head-dim", o.head_dim, "head dimension (default hidden / heads)");
+  cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the sum of --doc-lens)");
+  cmd.add_option("--doc-lens", o.doc_lens, "packed document lengths, e.g. 4096,1024,3000")->delimiter(',');
+  cmd.add_option("--doc-dist", o.doc_dist,
+                 "document lengths drawn until --seq-len is filled: lognormal:mean=M[,sigma=S][,seed=N] or "
+                 "uniform:min=A,max=B[,seed=N]");
+  cmd.add_option("--cp", o.cps, "CP sizes W, e.g. 8,16,64")->delimiter(',')->required();
+  cmd.add_option("--mask", o.mask, "causal, full, document or sliding_window:N");
+  cmd.add_option("--dtype", o.dtype, "bf16 (default), fp16, fp32, fp64");
+  cmd.add_option("--cluster", o.cluster, "cluster preset: " + clusters + " (default h100-nvlink)");
+  cmd.add_option("--flops", o.flops, "achieved attention FLOP/s per GPU (forward), overrides the cluster");
+  cmd.add_option("--bandwidth", o.bandwidth, "link bandwidth per GPU and direction in B/s (intra- and inter-node)");
+  cmd.add_option("--inter-bandwidth", o.inter_bandwidth, "inter-node bandwidth per GPU in B/s");
+  cmd.add_option("--latency", o.latency, "per-message latency in seconds");
+  cmd.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (ranks beyond it use the inter-node link)");
+  cmd.add_option("--sharders", o.sharders, "layouts to compare (default: all but local_only and sdpa_wrap)")
+      ->delimiter(',');
+  cmd.add_option("--transports", o.transports, "allgather, ring (default both)")->delimiter(',');
+  cmd.add_option("--kernel", o.kernel, "pairs (time ~ visible pairs; default) or blocks (cpbench's CPU transports)");
+  cmd.add_option("--format", o.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  cmd.add_option("--calibrate", o.calibrate, "report.json: fit FLOP/s and bandwidth from measured runs");
+}
+
+plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::Calibration* calibration) {
+  plan::PlanRequest r;
+  if (!o.model.empty()) r.model = plan::model_preset(o.model);
+  if (o.layers > 0) r.model.layers = o.layers;
+  if (o.hidden > 0) r.model.hidden = o.hidden;
+  if (o.heads > 0) r.model.heads = o.heads;
+  if (o.kv_heads > 0) r.model.kv_heads = o.kv_heads;
+  if (o.head_dim > 0) r.model.head_dim = o.head_dim;
+  if (r.model.head_dim <= 0 && r.model.hidden > 0 && r.model.heads > 0)
+    r.model.head_dim = r.model.hidden / r.model.heads;
+  if (!o.model.empty() && (o.layers > 0 || o.hidden > 0 || o.heads > 0 || o.kv_heads > 0 || o.head_dim > 0))
+    r.model.name += "+custom";
+
+  CP_CHECK_USAGE(o.doc_lens.empty() || o.doc_dist.empty(), "--doc-lens and --doc-dist: give one of them, not both");
+  r.seq_len = o.seq_len;
+  CP_CHECK_USAGE(o.seq_len >= 0, "--seq-len: expected a positive number of tokens, got ", o.seq_len);
+  r.doc_lens = o.doc_dist.empty() ? o.doc_lens : plan::draw_documents(o.doc_dist, o.seq_len);
+  r.cps = o.cps;
+  r.mask = o.mask;
+  r.dtype = o.dtype;
+  r.kernel = plan::parse_kernel(o.kernel);
+  r.sharders = o.sharders;
+  if (!o.transports.empty()) r.transports = o.transports;
+
+  r.cluster = plan::cluster_preset(o.cluster);
+  if (!o.calibrate.empty()) {
+    CP_CHECK_USAGE(fsu::exists(o.calibrate), "--calibrate: cannot read '", o.calibrate,
+                   "' (expected a report.json written by cpbench run)");
+    Report report;
+    try {
+      report = report_from_json(read_json_file(o.calibrate));
+    } catch (const std::exception& e) {
+      throw UsageError(detail::concat("--calibrate: ", e.what()));
+    }
+    const plan::Calibration cal = plan::calibrate(report);
+    CP_CHECK_USAGE(cal.attention_flops > 0 || cal.bandwidth > 0, "--calibrate '", o.calibrate, "': nothing to fit (",
+                   cal.results, " ok results; ", cal.notes.empty() ? "" : cal.notes.front(), ")");
+    r.cluster = plan::calibrated(r.cluster, cal);
+    if (calibration) *calibration = cal;
+  }
+  // Explicit flags win over the preset and the calibration.
+  if (o.flops > 0) r.cluster.attention_flops = o.flops;
+  if (o.bandwidth > 0) r.cluster.intra_bandwidth = r.cluster.inter_bandwidth = o.bandwidth;
+  if (o.inter_bandwidth > 0) r.cluster.inter_bandwidth = o.inter_bandwidth;
+  if (o.latency >= 0) r.cluster.latency_s = o.latency;
+  if (o.gpus_per_node > 0) r.cluster.gpus_per_node = o.gpus_per_node;
+  if (o.flops > 0 || o.bandwidth > 0 || o.inter_bandwidth > 0 || o.latency >= 0 || o.gpus_per_node > 0)
+    r.cluster.name += "+custom";
+  return r;
+}
+
+int run_plan_command(const PlanCommandOptions& o) {
+  CP_CHECK_USAGE(o.format == "table" || o.format == "json", "--format: expected table or json, got '", o.format, "'");
+  plan::Calibration cal;
+  const plan::PlanRequest request = plan_request_from_options(o, &cal);
+  const plan::Plan p = plan::make_plan(request);
+  if (o.format == "json") {
+    nlohmann::json j = plan::plan_to_json(p);
+    if (!o.calibrate.empty()) {
+      j["calibration"] = plan::calibration_to_json(cal);
+      std::cerr << plan::calibration_to_text(cal);
+    }
+    std::cout << j.dump() << "\n";
+  } else {
+    if (!o.calibrate.empty()) std::cout << plan::calibration_to_text(cal) << "\n";
+    std::cout << plan::plan_to_table(p);
+  }
+  return 0;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,45 @@
+#pragma once
+// `cpbench plan`: command-line glue for the planner (harness/plan.hpp). main.cpp adds the subcommand
+// with add_plan_options and dispatches to run_plan_command; everything else is in the library.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/planner/plan.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace cpbench {
+
+// Flags as given; 0 / empty / negative latency = not given.
+struct PlanCommandOptions {
+  std::string model;                                                      // preset name
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;  // override the preset
+  int64_t seq_len = 0;
+  std::vector<int64_t> doc_lens;
+  std::string doc_dist;  // e.g. lognormal:mean=4096,sigma=1,seed=1
+  std::vector<int64_t> cps;
+  std::string mask = "causal";
+  std::string dtype = "bf16";
+  std::string cluster = "h100-nvlink";
+  double flops = 0, bandwidth = 0, inter_bandwidth = 0, latency = -1;
+  int64_t gpus_per_node = 0;
+  std::vector<std::string> sharders;    // empty = planner default
+  std::vector<std::string> transports;  // empty = allgather, ring
+  std::string kernel = "pairs";
+  std::string format = "table";  // table | json
+  std::string calibrate;         // report.json to fit FLOP/s and bandwidth from
+};
+
+// Registers every flag of `cpbench plan` on `command`, writing into `options`.
+void add_plan_options(CLI::App& command, PlanCommandOptions& options);
+// Resolves presets, the document mix and the calibration into a request; UsageError on bad input.
+// `calibration` (optional) receives the fit when --calibrate is given.
+[[nodiscard]] plan::PlanRequest plan_request_from_options(const PlanCommandOptions& options,
+                                                          plan::Calibration* calibration = nullptr);
+// Prints the plan (table or JSON) on stdout; returns the exit status.
+int run_plan_command(const PlanCommandOptions& options);
+
+}  // namespace cpbench

@@ -1,0 +1,193 @@
+#include "harness/launcher/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "sharders/core/check.hpp"
+
+extern char** environ;
+
+namespace cpbench::comm {
+
+std::string RankExit::describe() const {
+  std::ostringstream os;
+  os << "rank " << rank;
+  if (killed_by_launcher)
+    os << " was killed by the launcher after a peer failed or the deadline passed";
+  else if (signaled)
+    os << " was killed by signal " << signal << " (" << strsignal(signal) << ")";
+  else
+    os << " exited with status " << exit_code;
+  return os.str();
+}
+
+bool LaunchResult::ok() const {
+  for (const auto& r : ranks)
+    if (!r.ok()) return false;
+  return true;
+}
+
+std::string LaunchResult::describe_failures() const {
+  std::ostringstream os;
+  for (const auto& r : ranks)
+    if (!r.ok()) os << r.describe() << "\n";
+  return os.str();
+}
+
+int find_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  CP_CHECK(fd >= 0, "socket(): ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    throw Error(detail::concat("bind() on loopback: ", std::strerror(errno)));
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string self_executable() {
+  // readlink(2), not std::filesystem: libtorch.so exports an incompatible std::filesystem (see
+  // harness/fs_util.hpp).
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  CP_CHECK(n > 0, "readlink(/proc/self/exe): ", std::strerror(errno));
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+LaunchResult launch(const LaunchOptions& o) {
+  CP_CHECK(o.world_size >= 1, "world size must be positive, got ", o.world_size);
+  LaunchResult result;
+  result.master_port = o.master_port != 0 ? o.master_port : find_free_port();
+
+  std::vector<pid_t> pids(o.world_size, -1);
+  result.ranks.resize(o.world_size);
+  for (int r = 0; r < o.world_size; ++r) {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string kv(*e);
+      auto eq = kv.find('=');
+      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    for (const auto& [k, v] : o.env) env[k] = v;
+    env["RANK"] = std::to_string(r);
+    env["LOCAL_RANK"] = std::to_string(r);
+    env["WORLD_SIZE"] = std::to_string(o.world_size);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(o.world_size);
+    env["MASTER_ADDR"] = o.master_addr;
+    env["MASTER_PORT"] = std::to_string(result.master_port);
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_strings{o.executable};
+    argv_strings.insert(argv_strings.end(), o.args.begin(), o.args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, o.executable.c_str(), nullptr, nullptr, argv.data(), envp.data());
+    if (rc != 0) {
+      for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);
+      for (int k = 0; k < r; ++k) ::waitpid(pids[k], nullptr, 0);
+      throw Error(detail::concat("cannot start rank ", r, " (", o.executable, "): ", std::strerror(rc)));
+    }
+    pids[r] = pid;
+    result.ranks[r].rank = r;
+  }
+
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  std::optional<clock::time_point> first_failure;
+  int running = o.world_size;
+  std::vector<bool> done(o.world_size, false);
+  while (running > 0) {
+    bool progressed = false;
+    for (int r = 0; r < o.world_size; ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      pid_t got = ::waitpid(pids[r], &status, WNOHANG);
+      if (got == pids[r]) {
+        done[r] = true;
+        --running;
+        progressed = true;
+        auto& re = result.ranks[r];
+        if (WIFSIGNALED(status)) {
+          re.signaled = true;
+          re.signal = WTERMSIG(status);
+        } else {
+          re.exit_code = WEXITSTATUS(status);
+        }
+        if (!re.ok() && !first_failure) first_failure = clock::now();
+      }
+    }
+    const auto now = clock::now();
+    const bool past_grace = first_failure && now - *first_failure > o.grace;
+    const bool past_deadline = now - start > o.deadline;
+    if (running > 0 && (past_grace || past_deadline)) {
+      for (int r = 0; r < o.world_size; ++r)
+        if (!done[r]) {
+          ::kill(pids[r], SIGKILL);
+          result.ranks[r].killed_by_launcher = true;
+        }
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+namespace {
+std::optional<std::string> getenv_str(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+int parse_env_int(const char* name, const std::string& value) {
+  try {
+    size_t pos = 0;
+    int v = std::stoi(value, &pos);
+    if (pos == value.size()) return v;
+  } catch (...) {
+  }
+  throw UsageError(detail::concat("environment variable ", name, "=\"", value, "\" is not an integer"));
+}
+}  // namespace
+
+std::optional<RankEnv> rank_env_from_environment() {
+  auto rank = getenv_str("RANK");
+  auto world = getenv_str("WORLD_SIZE");
+  if (!rank && !world) return std::nullopt;
+  CP_CHECK_USAGE(rank && world, "RANK and WORLD_SIZE must be set together (RANK=", rank.value_or("<unset>"),
+                 ", WORLD_SIZE=", world.value_or("<unset>"), ")");
+  RankEnv env;
+  env.rank = parse_env_int("RANK", *rank);
+  env.world_size = parse_env_int("WORLD_SIZE", *world);
+  env.local_rank = getenv_str("LOCAL_RANK") ? parse_env_int("LOCAL_RANK", *getenv_str("LOCAL_RANK")) : env.rank;
+  env.master_addr = getenv_str("MASTER_ADDR").value_or("127.0.0.1");
+  auto port = getenv_str("MASTER_PORT");
+  CP_CHECK_USAGE(port || env.world_size == 1, "MASTER_PORT must be set when WORLD_SIZE=", env.world_size);
+  env.master_port = port ? parse_env_int("MASTER_PORT", *port) : 0;
+  CP_CHECK_USAGE(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "RANK=", env.rank,
+                 " is outside WORLD_SIZE=", env.world_size);
+  return env;
+}
+
+}  // namespace cpbench::comm

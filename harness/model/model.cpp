@@ -1,0 +1,175 @@
+#include "harness/model/model.hpp"
+
+#include <cmath>
+
+#include "sharders/batch.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+void ModelConfig::validate() const {
+  CP_CHECK_USAGE(layers >= 1, "model.layers: expected a positive integer, got ", layers);
+  CP_CHECK_USAGE(hidden >= 1, "model.hidden: expected a positive integer, got ", hidden);
+  CP_CHECK_USAGE(heads >= 1 && hidden % heads == 0, "model.heads: ", heads, " must divide model.hidden ", hidden);
+  CP_CHECK_USAGE(head_dim() % 2 == 0, "model: head_dim = hidden/heads = ", head_dim(), " must be even for RoPE");
+  CP_CHECK_USAGE(kv_heads >= 1 && heads % kv_heads == 0, "model.kv_heads: ", kv_heads, " must divide model.heads ",
+                 heads);
+  CP_CHECK_USAGE(vocab >= 2, "model.vocab: expected at least 2, got ", vocab);
+  CP_CHECK_USAGE(ffn >= 1, "model.ffn: expected a positive integer, got ", ffn);
+  if (!mrope_sections.empty()) {
+    int64_t sum = 0;
+    for (auto s : mrope_sections) sum += s;
+    CP_CHECK_USAGE(sum == head_dim() / 2, "model.mrope_sections sum to ", sum, ", expected head_dim/2 = ",
+                   head_dim() / 2);
+  }
+}
+
+ModelConfig ModelConfig::preset_named(const std::string& name) {
+  ModelConfig c;
+  c.preset = name;
+  if (name == "tiny") return c;
+  if (name == "small") {
+    c.layers = 4;
+    c.hidden = 256;
+    c.heads = 8;
+    c.kv_heads = 4;
+    c.vocab = 1024;
+    c.ffn = 704;
+    return c;
+  }
+  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, small"));
+}
+
+namespace {
+// Deterministic init independent of device and of global RNG state: each parameter from its own
+// generator seeded by (model seed, parameter index).
+at::Tensor init_param(std::vector<int64_t> shape, double stddev, uint64_t seed, uint64_t index, at::ScalarType dtype,
+                      const at::Device& device) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ULL + index);
+  at::Tensor t = at::normal(0.0, stddev, shape, gen, at::TensorOptions().dtype(at::kDouble));
+  return t.to(device, dtype);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
+  at::Tensor xf = x.dtype() == at::kBFloat16 ? x.to(at::kFloat) : x;
+  at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6);
+  return y.to(x.scalar_type()) * w;
+}
+
+// cos/sin [B, 1, S, D/2] from position_ids [B, S] or mRoPE [C, B, S] (+ sections).
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& position_ids, const ModelConfig& c,
+                                              at::ScalarType dtype) {
+  const int64_t half = c.head_dim() / 2;
+  auto opts = at::TensorOptions().dtype(at::kDouble).device(position_ids.device());
+  at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(half, opts) * 2.0 / static_cast<double>(c.head_dim()));
+  at::Tensor angles;  // [B, S, half]
+  if (position_ids.dim() == 2) {
+    angles = position_ids.to(at::kDouble).unsqueeze(-1) * inv_freq;
+  } else {
+    CP_CHECK(!c.mrope_sections.empty(), "model: mRoPE position_ids ", shape_str(position_ids.sizes()),
+             " need model.mrope_sections");
+    CP_CHECK(position_ids.size(0) == static_cast<int64_t>(c.mrope_sections.size()), "model: mRoPE position_ids have ",
+             position_ids.size(0), " channels but model.mrope_sections has ", c.mrope_sections.size());
+    std::vector<at::Tensor> parts;
+    int64_t start = 0;
+    for (size_t ch = 0; ch < c.mrope_sections.size(); ++ch) {
+      const int64_t n = c.mrope_sections[ch];
+      parts.push_back(position_ids[static_cast<int64_t>(ch)].to(at::kDouble).unsqueeze(-1) * inv_freq.narrow(0, start, n));
+      start += n;
+    }
+    angles = at::cat(parts, -1);
+  }
+  return {angles.cos().unsqueeze(1).to(dtype), angles.sin().unsqueeze(1).to(dtype)};
+}
+
+// Rotate-half RoPE on x [B, H, S, D].
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+}  // namespace
+
+TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarType dtype, const at::Device& device)
+    : config_(config) {
+  config_.validate();
+  const auto& c = config_;
+  const int64_t D = c.head_dim();
+  uint64_t idx = 0;
+  const double s_in = 1.0 / std::sqrt(static_cast<double>(c.hidden));
+  embed_ = register_module("embed", torch::nn::Embedding(c.vocab, c.hidden));
+  embed_->weight.set_data(init_param({c.vocab, c.hidden}, 1.0, c.seed, idx++, dtype, device));
+  auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype).device(device)); };
+  for (int64_t l = 0; l < c.layers; ++l) {
+    Layer L;
+    // torch::nn parameter names may not contain dots.
+    const std::string p = "layer" + std::to_string(l) + "_";
+    L.attn_norm = register_parameter(p + "attn_norm", ones(c.hidden));
+    L.wq = register_parameter(p + "wq", init_param({c.heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+    L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+    L.wv = register_parameter(p + "wv", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+    L.wo = register_parameter(p + "wo", init_param({c.hidden, c.heads * D}, s_in, c.seed, idx++, dtype, device));
+    L.mlp_norm = register_parameter(p + "mlp_norm", ones(c.hidden));
+    L.w_gate = register_parameter(p + "w_gate", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
+    L.w_up = register_parameter(p + "w_up", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
+    L.w_down = register_parameter(p + "w_down",
+                                  init_param({c.hidden, c.ffn}, 1.0 / std::sqrt(static_cast<double>(c.ffn)), c.seed,
+                                             idx++, dtype, device));
+    layers_.push_back(L);
+  }
+  final_norm_ = register_parameter("final_norm", ones(c.hidden));
+  lm_head_ = register_parameter("lm_head", init_param({c.vocab, c.hidden}, s_in, c.seed, idx++, dtype, device));
+}
+
+ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
+                                         const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
+                                         const AttentionFn& attention) {
+  const auto& c = config_;
+  at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
+  if (!x.requires_grad()) x.requires_grad_(true);
+  x.retain_grad();
+  ModelOutput out;
+  out.x0 = x;
+  const int64_t B = x.size(0), S = x.size(1), D = c.head_dim();
+  auto [cos, sin] = rope_tables(position_ids, c, x.scalar_type());
+  const AttentionFn& attend = sdpa_hook ? sdpa_hook : attention;
+  CP_CHECK(static_cast<bool>(attend), "model: no attention function at the SDPA hook point");
+  for (const auto& L : layers_) {
+    at::Tensor h = rms_norm(x, L.attn_norm);
+    at::Tensor q = at::linear(h, L.wq).view({B, S, c.heads, D}).transpose(1, 2);
+    at::Tensor k = at::linear(h, L.wk).view({B, S, c.kv_heads, D}).transpose(1, 2);
+    at::Tensor v = at::linear(h, L.wv).view({B, S, c.kv_heads, D}).transpose(1, 2).contiguous();
+    q = apply_rope(q, cos, sin).contiguous();
+    k = apply_rope(k, cos, sin).contiguous();
+    at::Tensor a = attend(q, k, v);
+    x = x + at::linear(a.transpose(1, 2).reshape({B, S, c.heads * D}), L.wo);
+    at::Tensor m = rms_norm(x, L.mlp_norm);
+    x = x + at::linear(at::silu(at::linear(m, L.w_gate)) * at::linear(m, L.w_up), L.w_down);
+  }
+  out.logits = at::linear(rms_norm(x, final_norm_), lm_head_);
+  return out;
+}
+
+SdpaHookGuard::SdpaHookGuard(TinyTransformerImpl& model, AttentionFn fn) : model_(model), previous_(model.sdpa_hook) {
+  model_.sdpa_hook = std::move(fn);
+}
+
+SdpaHookGuard::~SdpaHookGuard() { model_.sdpa_hook = std::move(previous_); }
+
+at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {
+  at::Tensor lp = at::log_softmax(logits.to(at::kDouble), -1);
+  at::Tensor valid = labels != kIgnoreIndex;
+  at::Tensor safe = at::where(valid, labels, at::zeros_like(labels));
+  at::Tensor nll = -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1);
+  at::Tensor w = valid.to(at::kDouble);
+  if (loss_mask) w = w * loss_mask->to(at::kDouble);
+  return (nll * w).sum();
+}
+
+at::Tensor valid_token_count(const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {
+  at::Tensor w = (labels != kIgnoreIndex).to(at::kDouble);
+  if (loss_mask) w = w * (*loss_mask != 0).to(at::kDouble);
+  return w.sum();
+}
+
+}  // namespace cpbench

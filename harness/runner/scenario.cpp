@@ -1,0 +1,386 @@
+#include "harness/runner/scenario.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "sharders/mask.hpp"
+#include "kernels/transports/transport.hpp"
+#include "sharders/core/check.hpp"
+#include "sharders/registry.hpp"
+
+namespace cpbench {
+
+std::string CaseSpec::name() const {
+  std::string n = sharder + "/" + transport + "/cp" + std::to_string(cp) + "/" + mask + "/" + dtype;
+  if (dp > 1) n += "/dp" + std::to_string(dp);
+  return n;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+  auto dist = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& k : known) {
+    size_t d = dist(word, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// Parsing context: the file label and the key path of the node being read.
+struct Ctx {
+  std::string file;
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw UsageError(file + ": " + path + ": " + what);
+  }
+};
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+int64_t read_int(const Ctx& c, const YAML::Node& n, const std::string& path, int64_t min_value) {
+  int64_t v = 0;
+  bool ok = n.IsScalar();
+  if (ok) {
+    const std::string& s = n.Scalar();
+    size_t pos = 0;
+    try {
+      v = std::stoll(s, &pos);
+      ok = pos == s.size();
+    } catch (...) {
+      ok = false;
+    }
+  }
+  if (!ok || v < min_value)
+    c.fail(path, std::string("expected ") + (min_value > 0 ? "a positive integer" : "an integer >= " + std::to_string(min_value)) +
+                     ", got " + scalar_text(n));
+  return v;
+}
+
+std::string read_str(const Ctx& c, const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) c.fail(path, "expected a string, got " + scalar_text(n));
+  return n.Scalar();
+}
+
+bool read_bool(const Ctx& c, const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+  }
+  c.fail(path, "expected true or false, got " + scalar_text(n));
+}
+
+void check_keys(const Ctx& c, const YAML::Node& map, const std::string& path, const std::vector<std::string>& known) {
+  if (!map.IsMap()) c.fail(path.empty() ? "(top level)" : path, "expected a mapping, got " + scalar_text(map));
+  for (const auto& kv : map) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string hint = did_you_mean(key, known);
+      std::string known_list;
+      for (const auto& k : known) known_list += (known_list.empty() ? "" : ", ") + k;
+      c.fail(path.empty() ? key : path + "." + key,
+             "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + known_list + ")");
+    }
+  }
+}
+
+// A scalar or a list of scalars -> list of strings, each validated by `check`.
+std::vector<std::string> read_str_list(const Ctx& c, const YAML::Node& n, const std::string& path,
+                                       const std::function<void(const std::string&, const std::string&)>& check) {
+  std::vector<std::string> out;
+  if (n.IsSequence()) {
+    if (n.size() == 0) c.fail(path, "expected at least one value, got an empty list");
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string p = path + "[" + std::to_string(i) + "]";
+      out.push_back(read_str(c, n[i], p));
+      check(p, out.back());
+    }
+  } else {
+    out.push_back(read_str(c, n, path));
+    check(path, out.back());
+  }
+  return out;
+}
+
+std::vector<int64_t> read_int_list(const Ctx& c, const YAML::Node& n, const std::string& path, int64_t min_value) {
+  std::vector<int64_t> out;
+  if (n.IsSequence()) {
+    if (n.size() == 0) c.fail(path, "expected at least one value, got an empty list");
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(read_int(c, n[i], path + "[" + std::to_string(i) + "]", min_value));
+  } else {
+    out.push_back(read_int(c, n, path, min_value));
+  }
+  return out;
+}
+
+const std::vector<std::string> kDtypes = {"float64", "float32", "bfloat16"};
+
+struct Axes {
+  std::vector<std::string> sharder, transport, mask, dtype, expect;
+  std::vector<int64_t> cp, dp;
+};
+
+Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
+  check_keys(c, n, path, {"sharder", "transport", "cp", "dp", "mask", "dtype", "expect"});
+  Axes a = defaults;
+  auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
+  auto sharder_ok = [&](const std::string& p, const std::string& v) {
+    try {
+      (void)make_layout(v);
+    } catch (const UsageError& e) {
+      c.fail(p, e.what());
+    }
+  };
+  auto transport_ok = [&](const std::string& p, const std::string& v) {
+    try {
+      (void)make_transport(v);
+    } catch (const UsageError& e) {
+      c.fail(p, e.what());
+    }
+  };
+  auto mask_ok = [&](const std::string& p, const std::string& v) {
+    try {
+      (void)MaskSpec::parse(v);
+    } catch (const UsageError& e) {
+      c.fail(p, e.what());
+    }
+  };
+  auto dtype_ok = [&](const std::string& p, const std::string& v) {
+    if (std::find(kDtypes.begin(), kDtypes.end(), v) == kDtypes.end())
+      c.fail(p, "unknown dtype '" + v + "'; known: float64, float32, bfloat16");
+  };
+  auto expect_ok = [&](const std::string& p, const std::string& v) {
+    if (v != "match" && v != "mismatch") c.fail(p, "expected match or mismatch, got \"" + v + "\"");
+  };
+  if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
+  if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
+  if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
+  if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
+  if (n["expect"]) a.expect = read_str_list(c, n["expect"], sub("expect"), expect_ok);
+  if (n["cp"]) a.cp = read_int_list(c, n["cp"], sub("cp"), 1);
+  if (n["dp"]) a.dp = read_int_list(c, n["dp"], sub("dp"), 1);
+  return a;
+}
+
+}  // namespace
+
+ScenarioSpec parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  Ctx c{file};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(detail::concat(file, ": line ", e.mark.line + 1, ", column ", e.mark.column + 1,
+                                    ": malformed YAML: ", e.msg));
+  }
+  if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
+  check_keys(c, root, "",
+             {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "measure",
+              "timeout_s", "seed"});
+  ScenarioSpec s;
+  s.file = file;
+  s.name = root["name"] ? read_str(c, root["name"], "name") : file;
+  if (root["description"]) s.description = read_str(c, root["description"], "description");
+
+  if (const auto m = root["model"]) {
+    check_keys(c, m, "model", {"preset", "layers", "hidden", "heads", "kv_heads", "vocab", "ffn", "rope_theta",
+                               "mrope_sections", "seed"});
+    if (m["preset"]) {
+      try {
+        s.model = ModelConfig::preset_named(read_str(c, m["preset"], "model.preset"));
+      } catch (const UsageError& e) {
+        throw UsageError(file + ": " + e.what());
+      }
+    } else {
+      s.model.preset = "custom";
+    }
+    if (m["layers"]) s.model.layers = read_int(c, m["layers"], "model.layers", 1);
+    if (m["hidden"]) s.model.hidden = read_int(c, m["hidden"], "model.hidden", 1);
+    if (m["heads"]) s.model.heads = read_int(c, m["heads"], "model.heads", 1);
+    if (m["kv_heads"]) s.model.kv_heads = read_int(c, m["kv_heads"], "model.kv_heads", 1);
+    if (m["vocab"]) s.model.vocab = read_int(c, m["vocab"], "model.vocab", 2);
+    if (m["ffn"]) s.model.ffn = read_int(c, m["ffn"], "model.ffn", 1);
+    if (m["rope_theta"]) s.model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
+    if (m["mrope_sections"]) s.model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);
+    if (m["seed"]) s.model.seed = static_cast<uint64_t>(read_int(c, m["seed"], "model.seed", 0));
+    if (m["preset"] && (m["layers"] || m["hidden"] || m["heads"] || m["kv_heads"] || m["vocab"] || m["ffn"]))
+      s.model.preset += "+custom";
+  }
+  try {
+    s.model.validate();
+  } catch (const UsageError& e) {
+    throw UsageError(file + ": " + e.what());
+  }
+
+  if (const auto b = root["batch"]) {
+    check_keys(c, b, "batch", {"batch_size", "seq_len", "documents", "padding_token_id", "primary", "loss_mask", "mrope", "seed"});
+    if (b["batch_size"]) s.batch.batch_size = read_int(c, b["batch_size"], "batch.batch_size", 1);
+    if (b["seq_len"]) s.batch.seq_len = read_int(c, b["seq_len"], "batch.seq_len", 1);
+    if (b["padding_token_id"]) s.batch.padding_token_id = read_int(c, b["padding_token_id"], "batch.padding_token_id", 0);
+    if (b["seed"]) s.batch.seed = static_cast<uint64_t>(read_int(c, b["seed"], "batch.seed", 0));
+    if (b["loss_mask"]) s.batch.loss_mask = read_bool(c, b["loss_mask"], "batch.loss_mask");
+    if (b["mrope"]) s.batch.mrope = read_bool(c, b["mrope"], "batch.mrope");
+    if (b["primary"]) {
+      s.batch.primary = read_str(c, b["primary"], "batch.primary");
+      if (s.batch.primary != "input_ids" && s.batch.primary != "inputs_embeds")
+        c.fail("batch.primary", "expected input_ids or inputs_embeds, got \"" + s.batch.primary + "\"");
+    }
+    if (const auto d = b["documents"]) {
+      if (!d.IsSequence()) c.fail("batch.documents", "expected a list of document lengths, got " + scalar_text(d));
+      const bool nested = d.size() > 0 && d[0].IsSequence();
+      if (nested) {
+        if (static_cast<int64_t>(d.size()) != s.batch.batch_size)
+          c.fail("batch.documents", "has " + std::to_string(d.size()) + " rows, but batch.batch_size is " +
+                                        std::to_string(s.batch.batch_size));
+        for (size_t r = 0; r < d.size(); ++r)
+          s.batch.documents.push_back(read_int_list(c, d[r], "batch.documents[" + std::to_string(r) + "]", 1));
+      } else if (d.size() > 0) {
+        s.batch.documents.push_back(read_int_list(c, d, "batch.documents", 1));
+      }
+      for (size_t r = 0; r < s.batch.documents.size(); ++r) {
+        int64_t total = 0;
+        for (auto x : s.batch.documents[r]) total += x;
+        if (total > s.batch.seq_len)
+          c.fail(nested ? "batch.documents[" + std::to_string(r) + "]" : "batch.documents",
+                 "documents sum to " + std::to_string(total) + " tokens, longer than batch.seq_len " +
+                     std::to_string(s.batch.seq_len));
+      }
+    }
+  }
+  if (s.batch.mrope && s.model.mrope_sections.empty()) {
+    const int64_t half = s.model.head_dim() / 2;
+    s.model.mrope_sections = {half - 2 * (half / 4), half / 4, half / 4};
+  }
+
+  if (root["device"]) {
+    s.device = read_str(c, root["device"], "device");
+    if (s.device != "cpu" && s.device != "cuda") c.fail("device", "expected cpu or cuda, got \"" + s.device + "\"");
+  }
+  if (root["timeout_s"]) s.timeout_s = read_int(c, root["timeout_s"], "timeout_s", 1);
+  if (root["seed"]) {
+    const auto seed = static_cast<uint64_t>(read_int(c, root["seed"], "seed", 0));
+    if (!(root["model"] && root["model"]["seed"])) s.model.seed = seed;
+    if (!(root["batch"] && root["batch"]["seed"])) s.batch.seed = seed + 1;
+  }
+  if (const auto m = root["measure"]) {
+    check_keys(c, m, "measure", {"warmup", "iters"});
+    if (m["warmup"]) s.measure.warmup = read_int(c, m["warmup"], "measure.warmup", 0);
+    if (m["iters"]) s.measure.iters = read_int(c, m["iters"], "measure.iters", 1);
+  }
+
+  // Top-level axis defaults, then each sweep block.
+  Axes defaults;
+  defaults.sharder = {"load_balanced"};
+  defaults.transport = {"allgather"};
+  defaults.cp = {1};
+  defaults.dp = {1};
+  defaults.mask = {"causal"};
+  defaults.dtype = {"float64"};
+  defaults.expect = {"match"};
+  {
+    YAML::Node top;
+    for (const char* k : {"mask", "dtype", "expect"})
+      if (root[k]) top[k] = root[k];
+    if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
+  }
+  std::vector<Axes> blocks;
+  if (const auto sw = root["sweep"]) {
+    if (sw.IsSequence()) {
+      if (sw.size() == 0) c.fail("sweep", "expected at least one sweep block, got an empty list");
+      for (size_t i = 0; i < sw.size(); ++i) blocks.push_back(read_axes(c, sw[i], "sweep[" + std::to_string(i) + "]", defaults));
+    } else {
+      blocks.push_back(read_axes(c, sw, "sweep", defaults));
+    }
+  } else {
+    blocks.push_back(defaults);
+  }
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("-a " + o + ": expected key=value or key=[v1,v2]");
+    const std::string key = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UsageError("-a " + o + ": malformed value: " + e.msg);
+    }
+    YAML::Node wrapper;
+    wrapper[key] = value;
+    Ctx oc{"-a " + o};
+    for (auto& blk : blocks) blk = read_axes(oc, wrapper, "", blk);
+  }
+
+  std::set<std::string> seen;
+  for (const auto& a : blocks)
+    for (const auto& sh : a.sharder)
+      for (const auto& tr : a.transport)
+        for (auto cp : a.cp)
+          for (auto dp : a.dp)
+            for (const auto& mk : a.mask)
+              for (const auto& dt : a.dtype)
+                for (const auto& ex : a.expect) {
+                  CaseSpec cs;
+                  cs.sharder = make_layout(sh)->name();  // aliases resolve to the canonical name
+                  cs.transport = tr;
+                  cs.cp = cp;
+                  cs.dp = dp;
+                  cs.mask = MaskSpec::parse(mk).to_string();
+                  cs.dtype = dt;
+                  cs.expect = ex;
+                  if (!seen.insert(cs.name() + "/" + ex).second) continue;
+                  cs.index = static_cast<int64_t>(s.cases.size());
+                  s.cases.push_back(cs);
+                }
+  return s;
+}
+
+ScenarioSpec load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
+  std::ifstream in(file);
+  CP_CHECK_USAGE(in.good(), file, ": cannot open the scenario file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), file, overrides);
+}
+
+std::vector<CaseSpec> filter_cases(const std::vector<CaseSpec>& cases, const std::string& regex) {
+  if (regex.empty()) return cases;
+  std::regex re;
+  try {
+    re = std::regex(regex);
+  } catch (const std::regex_error& e) {
+    throw UsageError("--filter '" + regex + "': not a valid regular expression: " + e.what());
+  }
+  std::vector<CaseSpec> out;
+  for (const auto& c : cases)
+    if (std::regex_search(c.name(), re)) out.push_back(c);
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,116 @@
+#pragma once
+// Attention maths shared by the reference path and the CP transports (internal to kernels/).
+//
+// Conventions: q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], Hq = G * Hkv and query head h reads key/value
+// head h / G (the repeat_interleave convention). Masks are bool [B, Sq, Sk], shared by all heads.
+// "Compute dtype": float64 stays float64, every other floating dtype computes (scores, softmax,
+// partial outputs, log-sum-exp, gradient accumulation) in float32.
+//
+// Fully masked query rows: output 0, log-sum-exp -inf, gradients 0, never NaN, in every function here.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace cpbench::kernels {
+
+[[nodiscard]] at::ScalarType compute_dtype(at::ScalarType input);
+
+// Differentiable (ATen autograd) masked attention: the reference. Inputs in any floating dtype;
+// `mask` bool [B, Sq, Sk]. Returns [B, Hq, Sq, D] in q's dtype. Expands kv heads with repeat_interleave.
+[[nodiscard]] at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& mask, double scale);
+
+// How one (query block, key block) pair, or one tile of it, is evaluated.
+enum class BlockKind {
+  empty,   // no visible pair: skipped entirely
+  full,    // every pair visible: runs without a mask tensor
+  masked,  // runs with the mask
+};
+
+// Edge of the square (query tile x key tile) cells the block kernels split a block into; the last
+// tile of each side may be shorter. They skip empty cells, run full cells without a mask and masked
+// cells with it, so their work follows the visible pairs to within one tile per mask edge.
+inline constexpr int64_t kBlockTile = 64;
+
+// Per-cell classification of a bool [B, Sq, Sk] block mask (summed over the batch: a cell is full
+// when every batch row sees every pair of it).
+struct TileMap {
+  int64_t rows = 0, cols = 0;   // Sq, Sk of the mask it describes
+  int64_t n_q = 0, n_k = 0;     // ceil(Sq / kBlockTile), ceil(Sk / kBlockTile)
+  std::vector<BlockKind> kind;  // row-major [n_q, n_k]
+  int64_t visible_pairs = 0;    // summed over the batch
+  int64_t computed_pairs = 0;   // B x the area of the non-empty cells
+};
+// Counts every cell's visible pairs with one device -> host copy (the [n_q, n_k] counts), whatever
+// the device.
+[[nodiscard]] TileMap tile_map(const at::Tensor& mask);
+
+struct BlockPlan {
+  BlockKind kind = BlockKind::empty;
+  // Sub-block trimming: when only some query rows / key columns of the block can see anything
+  // (head-tail blocks off the diagonal see exactly half a block) and dropping the others saves a
+  // quarter of what the cells would compute, the maths runs on those rows and columns only.
+  // Undefined = all. int64 indices into the block's Sq / Sk.
+  at::Tensor rows, cols;
+  at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
+                               // (plan_from_cells: meaningful in the masked cells only)
+  TileMap tiles;               // of `mask` when kind == masked (empty otherwise)
+  int64_t visible_pairs = 0;   // summed over the batch, per head
+  int64_t computed_pairs = 0;  // what the kernel actually evaluates: B x (|rows| x |cols| when full,
+                               // the non-empty cells' area when masked, 0 when empty)
+};
+
+// Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
+[[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);
+
+// A plan from a cell classification made without the block's whole mask (the transports classify
+// cells from token metadata: kernels/transports/transport_common.hpp). `kind` is row-major [n_q, n_k] over the
+// kBlockTile cells of a [batch, rows, cols] block: its full and empty cells must be exact; its masked
+// cells come with `cell_masks`, bool [n_masked, batch, kBlockTile, kBlockTile] in row-major cell
+// order (false past the block's edge). Masked cells that turn out full or empty are reclassified.
+// The result has no rows / cols trimming; its mask is meaningful in the masked cells of `tiles` only
+// (undefined when none is left). visible_pairs is exact. One device -> host copy.
+[[nodiscard]] BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector<BlockKind> kind,
+                                        const at::Tensor& cell_masks);
+
+// Partial attention of one block. Not differentiable (call under no-grad or from a custom Function).
+// q, k, v in the compute dtype; mask undefined (all visible) or bool [B, Sq, Sk]. A masked block is
+// evaluated cell by cell (kBlockTile), the cells of a query tile merged along the keys with the
+// log-sum-exp merge below: the same result as one dense evaluation, up to rounding.
+// Returns out [B, Hq, Sq, D] normalized within the block and lse [B, Hq, Sq], both in the compute dtype.
+struct BlockOutput {
+  at::Tensor out;
+  at::Tensor lse;
+};
+[[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& mask, double scale);
+// The same over a plan: runs on the plan's rows / columns and cells and scatters back (rows outside:
+// out 0, lse -inf).
+[[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const BlockPlan& plan, double scale);
+
+// Online merge: folds a block's (out, lse) into the running (out, lse). An undefined running pair
+// takes the block's. Stable when either or both sides are -inf (fully masked so far / in the block).
+void merge_block(at::Tensor& out, at::Tensor& lse, const BlockOutput& block);
+
+// Gradients of one block given the MERGED output's quantities (flash-attention backward):
+//   P = exp(S - lse), dV = P^T dO, dP = dO V^T, dS = P * (dP - dsum), dQ = dS K * scale, dK = dS^T Q * scale,
+// with dK/dV summed over each query-head group. Inputs in the compute dtype:
+//   dout [B, Hq, Sq, D], lse [B, Hq, Sq] (global, -inf on fully masked rows), dsum [B, Hq, Sq] = rowsum(dO * O).
+// Returns dq [B, Hq, Sq, D], dk and dv [B, Hkv, Sk, D] in the compute dtype. Masked blocks are
+// evaluated cell by cell like block_forward (dQ accumulated per query tile, dK/dV per key tile).
+struct BlockGrads {
+  at::Tensor dq;
+  at::Tensor dk;
+  at::Tensor dv;
+};
+[[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
+                                        const at::Tensor& mask, double scale);
+// The same over a plan (gradients outside the plan's rows / columns / non-empty cells are 0).
+[[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
+                                        const BlockPlan& plan, double scale);
+
+}  // namespace cpbench::kernels

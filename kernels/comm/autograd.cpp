@@ -1,0 +1,54 @@
+#include "kernels/comm/autograd.hpp"
+
+#include <torch/torch.h>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::comm {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Communicator collectives work on dim 0 of a contiguous tensor: move `dim` to the front and back.
+at::Tensor gather_along(const Communicator& comm, const at::Tensor& t, int64_t dim) {
+  at::Tensor front = t.movedim(dim, 0).contiguous();
+  return comm.all_gather(front).movedim(0, dim).contiguous();
+}
+
+at::Tensor reduce_scatter_along(const Communicator& comm, const at::Tensor& t, int64_t dim) {
+  at::Tensor front = t.movedim(dim, 0).contiguous();
+  return comm.reduce_scatter_sum(front).movedim(0, dim).contiguous();
+}
+
+class AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const Communicator& comm, int64_t dim) {
+    ctx->saved_data["comm"] = make_saved_object(comm);
+    ctx->saved_data["dim"] = dim;
+    return gather_along(comm, local, dim);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& comm = saved_object<Communicator>(ctx->saved_data["comm"]);
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    // Grads are materialized (zeros when the output was unused), so every rank always enters the
+    // reduce-scatter and the collective stays matched.
+    return {reduce_scatter_along(comm, grads[0], dim), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim) {
+  CP_CHECK(local.defined(), "all_gather_autograd: undefined tensor (rank ", comm.rank(), ")");
+  CP_CHECK(local.dim() >= 1, "all_gather_autograd: needs at least one dimension (rank ", comm.rank(), ")");
+  const int64_t d = dim < 0 ? dim + local.dim() : dim;
+  CP_CHECK(d >= 0 && d < local.dim(), "all_gather_autograd: dim ", dim, " is out of range for shape ",
+           shape_str(local.sizes()), " (rank ", comm.rank(), ")");
+  if (comm.size() == 1) return local;
+  return AllGatherFunction::apply(local, comm, d);
+}
+
+}  // namespace cpbench::comm

@@ -1,0 +1,57 @@
+#pragma once
+// Differentiable collectives over a Communicator (LibTorch has no C++ autograd functional
+// collectives, so cpbench carries its own), and the helper that lets an autograd node own C++ state.
+//
+// all_gather_autograd(comm, local, dim):
+//   forward:  every rank passes `local` of the same shape; returns the concatenation of all ranks'
+//             tensors along `dim` in rank order (rank r's block at [r*n, (r+1)*n) of that dim).
+//             Contiguous, same dtype and device as `local`.
+//   backward: the gradient of the concatenation is reduce-scattered with SUM: rank r receives the sum
+//             over ranks of block r. With a loss that is the sum of every rank's loss (or one
+//             normalized by a global count), each rank gets exactly d(total)/d(local).
+//   Every rank must call it, and run its backward, in the same order: it is a collective both ways.
+//   A world of one returns `local` itself.
+//
+// Lifetime: the autograd node keeps its own copy of the Communicator (one reference on the c10d
+// backend) until the graph is freed, so the caller's Communicator may be a temporary.
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "kernels/comm/communicator.hpp"
+
+namespace cpbench::comm {
+
+[[nodiscard]] at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim = 0);
+
+// An IValue that owns a copy of `value`, for AutogradContext::saved_data. IValues hold tensors and
+// scalars but not C++ objects; a capsule around a CustomClassHolder is the one slot that does. Why
+// not a global registry of ids: raw pointers dangle when the caller's object was a temporary, and
+// strong or weak references in a process-wide table would keep every c10d backend undestroyed
+// until static destruction (a weak intrusive_ptr defers the destructor too). The capsule lives
+// exactly as long as the node that saved it.
+template <typename T>
+struct SavedObject : torch::CustomClassHolder {
+  explicit SavedObject(T v) : value(std::move(v)) {}
+  T value;
+};
+
+template <typename T>
+[[nodiscard]] c10::IValue make_saved_object(T value) {
+  return c10::IValue::make_capsule(c10::make_intrusive<SavedObject<T>>(std::move(value)));
+}
+
+// The object saved by make_saved_object<T>; the reference lives as long as `saved`'s owner.
+template <typename T>
+[[nodiscard]] const T& saved_object(const c10::IValue& saved) {
+  auto* holder = static_cast<const SavedObject<T>*>(saved.toCapsule().get());
+  return holder->value;
+}
+
+}  // namespace cpbench::comm
+
+namespace cpbench {
+using comm::all_gather_autograd;
+}  // namespace cpbench

@@ -1,0 +1,96 @@
+#include "kernels/comm/communicator.hpp"
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::comm {
+
+Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> backend)
+    : backend_(std::move(backend)), rank_(backend_->getRank()), size_(backend_->getSize()) {}
+
+bool Communicator::is_gloo() const { return backend_ && backend_->getBackendName() == "gloo"; }
+
+at::Tensor Communicator::all_gather(const at::Tensor& local) const {
+  if (size_ == 1) return local;
+  at::Tensor in = local.contiguous();
+  std::vector<int64_t> shape = in.sizes().vec();
+  CP_CHECK(!shape.empty(), "all_gather needs at least one dimension");
+  shape[0] *= size_;
+  at::Tensor out = at::empty(shape, in.options());
+  // Gloo's _allgather_base needs no coalescing; one Work per call.
+  backend_->_allgather_base(out, in)->wait();
+  return out;
+}
+
+at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
+  if (size_ == 1) return full;
+  at::Tensor in = full.contiguous();
+  CP_CHECK(in.dim() >= 1 && in.size(0) % size_ == 0, "reduce_scatter: leading dim ", in.size(0),
+           " of shape ", shape_str(in.sizes()), " is not divisible by world size ", size_, " (rank ", rank_,
+           ")");
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] /= size_;
+  at::Tensor out = at::empty(shape, in.options());
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  backend_->_reduce_scatter_base(out, in, opts)->wait();
+  return out;
+}
+
+void Communicator::all_reduce_sum(at::Tensor& t) const {
+  if (size_ == 1) return;
+  CP_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor, got shape ", shape_str(t.sizes()));
+  std::vector<at::Tensor> ts{t};
+  backend_->allreduce(ts)->wait();
+}
+
+void Communicator::all_reduce_max(at::Tensor& t) const {
+  if (size_ == 1) return;
+  std::vector<at::Tensor> ts{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  backend_->allreduce(ts, opts)->wait();
+}
+
+void Communicator::send(const at::Tensor& t, int dst, int tag) const {
+  std::vector<at::Tensor> ts{t.contiguous()};
+  backend_->send(ts, dst, tag)->wait();
+}
+
+void Communicator::recv(at::Tensor& t, int src, int tag) const {
+  CP_CHECK(t.is_contiguous(), "recv needs a contiguous buffer");
+  std::vector<at::Tensor> ts{t};
+  backend_->recv(ts, src, tag)->wait();
+}
+
+Communicator::Exchange Communicator::post_exchange(const at::Tensor& send_buf, int dst, at::Tensor& recv_buf,
+                                                   int src, int tag) const {
+  Exchange ex;
+  std::vector<at::Tensor> s{send_buf};
+  std::vector<at::Tensor> r{recv_buf};
+  if (is_gloo()) {
+    // Gloo has no coalescing: post the receive first so a rendezvous-style transport never waits on
+    // an unposted receive; both run on Gloo's own threads.
+    ex.works.push_back(backend_->recv(r, src, tag));
+    ex.works.push_back(backend_->send(s, dst, tag));
+  } else {
+    // NCCL: a receive and a send to the same peer share one stream; issued separately, both ranks'
+    // receives would wait on sends queued behind them. One group (coalesced) call posts them together.
+    backend_->startCoalescing();
+    backend_->recv(r, src, tag);
+    backend_->send(s, dst, tag);
+    ex.works.push_back(backend_->endCoalescing());
+  }
+  return ex;
+}
+
+void Communicator::Exchange::wait() {
+  for (auto& w : works) w->wait();
+  works.clear();
+}
+
+void Communicator::barrier() const {
+  if (size_ == 1) return;
+  backend_->barrier()->wait();
+}
+
+}  // namespace cpbench::comm

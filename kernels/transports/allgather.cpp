@@ -1,0 +1,166 @@
+// Transport "allgather": one all-gather of every rank's K/V, then this rank's queries attend all keys.
+//
+// Forward: the all-gather is posted asynchronously and the local (diagonal) block is computed while it
+// is in flight; then the other ranks' blocks follow in the ring's order (rank r-1, r-2, ...), merged
+// online with the same block kernel, fast paths and merge as the ring, so the two transports differ
+// only in how K/V move. The gathered K/V are kept for the backward (the all-gather transport's memory
+// cost: the whole sequence's K/V per call).
+// Backward: block gradients from the merged output and global lse; dK/dV for every rank's block fill
+// one [W, 2, B, Hkv, S, D] buffer in the accumulation dtype (float32 for 16-bit inputs), which a
+// reduce-scatter (SUM) hands back to the owners.
+//
+// The K/V all-gather moves raw bytes (a uint8 view): exact for every dtype, whatever the backend's
+// reduction-type support (Gloo's bfloat16 coverage varies by version).
+#include <torch/torch.h>
+
+#include <limits>
+#include <vector>
+
+#include "kernels/comm/autograd.hpp"
+#include "kernels/transports/transport_common.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench::kernels {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const TransportState& st) {
+    const int W = st.comm.size(), r = st.comm.rank();
+    const auto cd = compute_dtype(q.scalar_type());
+    const Wire wire(st.comm, q.device());
+    at::Tensor qc, local_kv, gathered;
+    c10::intrusive_ptr<c10d::Work> work;
+    {
+      Phase p(st, Phase::Kind::compute);
+      qc = q.to(cd).contiguous();
+      local_kv = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D], input dtype
+    }
+    int64_t bytes = 0;
+    if (W > 1) {
+      std::vector<int64_t> shape = local_kv.sizes().vec();
+      shape[0] *= W;
+      gathered = at::empty(shape, local_kv.options());
+      at::Tensor in_bytes = local_kv.view(at::kByte);
+      at::Tensor out_bytes = gathered.view(at::kByte);
+      work = st.comm.backend()->_allgather_base(out_bytes, in_bytes);
+      bytes += (W - 1) * static_cast<int64_t>(local_kv.nbytes());
+    } else {
+      gathered = local_kv;
+    }
+    // [W, 2, B, Hkv, S, D]: rank j's K at [j][0], V at [j][1].
+    const at::Tensor blocks = gathered.view({W, 2, local_kv.size(1), local_kv.size(2), local_kv.size(3),
+                                             local_kv.size(4)});
+    at::Tensor out, lse;
+    int64_t visible = 0;
+    const auto attend_block = [&](int src, const at::Tensor& kv_wire) {
+      Phase p(st, Phase::Kind::compute);
+      const BlockPlan plan = st.plan(src);
+      visible += plan.visible_pairs;
+      if (plan.kind == BlockKind::empty) return;
+      const at::Tensor kv = wire.from_wire(kv_wire).to(cd);
+      merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
+    };
+    attend_block(r, local_kv);  // overlaps the all-gather
+    if (work) {
+      Phase p(st, Phase::Kind::comm);
+      work->wait();
+    }
+    for (int s = 1; s < W; ++s) {
+      const int src = (r - s + W) % W;
+      attend_block(src, blocks[src]);
+    }
+    if (!out.defined()) {
+      out = at::zeros(qc.sizes(), qc.options());
+      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(), qc.options());
+    }
+    if (st.stats) {
+      st.stats->bytes_sent += bytes;
+      st.stats->visible_pairs += visible;
+      st.stats->flops += 4.0 * static_cast<double>(st.shape.head_dim * st.shape.q_heads) * static_cast<double>(visible);
+      st.stats->calls += 1;
+    }
+    ctx->save_for_backward({q, k, v, out, lse, blocks});
+    ctx->saved_data["state"] = comm::make_saved_object(st);
+    return out.to(q.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
+                     &blocks = saved[5];
+    const int W = st.comm.size(), r = st.comm.rank();
+    const auto cd = compute_dtype(q.scalar_type());
+    const Wire wire(st.comm, q.device());
+
+    at::Tensor qc, dout, dsum, dq, dkv_all;
+    {
+      Phase p(st, Phase::Kind::compute);
+      qc = q.to(cd).contiguous();
+      dout = grads[0].to(cd).contiguous();
+      dsum = (dout * out).sum(-1);
+      dq = at::zeros_like(qc);
+      std::vector<int64_t> shape = blocks.sizes().vec();
+      dkv_all = at::zeros(shape, qc.options());  // [W, 2, B, Hkv, S, D]
+      for (int s = 0; s < W; ++s) {
+        const int src = (r - s + W) % W;
+        const BlockPlan plan = st.plan(src);
+        if (plan.kind == BlockKind::empty) continue;
+        const at::Tensor kv = wire.from_wire(blocks[src]).to(cd);
+        BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
+        dq.add_(g.dq);
+        dkv_all[src][0].copy_(g.dk);
+        dkv_all[src][1].copy_(g.dv);
+      }
+    }
+    at::Tensor dkv;
+    if (W > 1) {
+      at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
+      {
+        Phase p(st, Phase::Kind::comm);
+        dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
+      }
+      if (st.stats) st.stats->bytes_sent += (W - 1) * static_cast<int64_t>(dkv.nbytes());
+    } else {
+      dkv = dkv_all[0];
+    }
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
+  }
+};
+
+class AllGatherTransport final : public Transport {
+ public:
+  [[nodiscard]] std::string name() const override { return "allgather"; }
+
+  [[nodiscard]] std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
+                                               int64_t cp) const override {
+    return common_unsupported_reason(mask, options, cp);
+  }
+
+  [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const AttentionContext& ctx) const override {
+    const AttendShape shape = check_attend(name(), q, k, v, ctx);
+    return AllGatherAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
+  }
+
+  // Ring-algorithm bytes of the collectives: the K/V all-gather sends (W-1) blocks in the input dtype;
+  // the dK/dV reduce-scatter sends (W-1) blocks in the accumulation dtype (float32 for 16-bit inputs).
+  [[nodiscard]] int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
+                                       int64_t head_dim, int64_t element_size) const override {
+    const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+    const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
+    return (cp - 1) * (kv + dkv);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Transport> make_allgather_transport() { return std::make_shared<AllGatherTransport>(); }
+
+}  // namespace cpbench::kernels

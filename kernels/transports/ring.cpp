@@ -1,0 +1,208 @@
+// Transport "ring": key/value blocks travel around the ring, one hop per step, while each rank
+// attends its queries to the block it holds; per-block (out, lse) partials merge online.
+//
+// Forward, W steps: at step s rank r holds the K/V block of rank (r - s) mod W. Before computing on
+// it, the rank posts the send of that block to r+1 and the receive of the next one from r-1 (two
+// buffers alternate), so the transfer overlaps the block's maths; the wait comes after.
+//
+// Backward recomputes each block's gradients from the merged output and the global lse (nothing
+// per block is kept from the forward). K/V travel the ring again, prefetched the same way. dQ
+// accumulates locally. dK/dV of a block travel with it: the rank holding block j at step s >= 1
+// adds its contribution to the partial sum received from the previous holder and sends it on to r+1,
+// which holds block j at step s+1; after the last step the sum arrives at rank j, which adds its
+// own (step 0) contribution. So per call each rank sends W-1 K/V blocks in the forward, W-1 again in
+// the backward, and W-1 dK/dV blocks, which travel in the accumulation dtype (float32 for 16-bit
+// inputs: a partial sum rounded to bf16 at every hop would lose precision growing with W).
+//
+// Blocks whose mask is empty are skipped (still forwarded: the ring must not stall), and blocks
+// whose mask is all-visible run without a mask tensor.
+#include <torch/torch.h>
+
+#include <limits>
+#include <utility>
+
+#include "kernels/comm/autograd.hpp"
+#include "kernels/transports/transport_common.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench::kernels {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class RingAttention : public torch::autograd::Function<RingAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const TransportState& st) {
+    const int W = st.comm.size(), r = st.comm.rank();
+    const auto cd = compute_dtype(q.scalar_type());
+    const Wire wire(st.comm, q.device());
+    at::Tensor qc;
+    at::Tensor cur, next;
+    {
+      Phase p(st, Phase::Kind::compute);
+      qc = q.to(cd).contiguous();
+      cur = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D] in the input dtype
+      if (W > 1) next = at::empty_like(cur);
+    }
+    at::Tensor out, lse;
+    int64_t visible = 0, bytes = 0;
+    for (int s = 0; s < W; ++s) {
+      const int src = (r - s + W) % W;
+      comm::Communicator::Exchange ex;
+      if (s + 1 < W) {
+        ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingForwardKV);
+        bytes += static_cast<int64_t>(cur.nbytes());
+      }
+      {
+        Phase p(st, Phase::Kind::compute);
+        const BlockPlan plan = st.plan(src);
+        visible += plan.visible_pairs;
+        if (plan.kind != BlockKind::empty) {
+          const at::Tensor kv = wire.from_wire(cur).to(cd);
+          merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
+        }
+      }
+      if (s + 1 < W) {
+        Phase p(st, Phase::Kind::comm);
+        ex.wait();
+        std::swap(cur, next);
+      }
+    }
+    if (!out.defined()) {  // no visible key for any query of this rank
+      out = at::zeros(qc.sizes(), qc.options());
+      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(), qc.options());
+    }
+    if (st.stats) {
+      st.stats->bytes_sent += bytes;
+      st.stats->visible_pairs += visible;
+      st.stats->flops += 4.0 * static_cast<double>(st.shape.head_dim * st.shape.q_heads) * static_cast<double>(visible);
+      st.stats->calls += 1;
+    }
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["state"] = comm::make_saved_object(st);
+    return out.to(q.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const int W = st.comm.size(), r = st.comm.rank();
+    const auto cd = compute_dtype(q.scalar_type());
+    const Wire wire(st.comm, q.device());
+
+    at::Tensor qc, dout, dsum, dq, cur, next, dkv_home, dkv_send, dkv_recv;
+    {
+      Phase p(st, Phase::Kind::compute);
+      qc = q.to(cd).contiguous();
+      dout = grads[0].to(cd).contiguous();
+      dsum = (dout * out).sum(-1);
+      dq = at::zeros_like(qc);
+      cur = wire.to_wire(at::stack({k, v}));
+      if (W > 1) {
+        next = at::empty_like(cur);
+        dkv_send = at::empty(cur.sizes(), wire.options(cd));
+        dkv_recv = at::empty(cur.sizes(), wire.options(cd));
+      }
+    }
+    int64_t bytes = 0;
+    comm::Communicator::Exchange dkv_ex;
+    for (int s = 0; s < W; ++s) {
+      const int src = (r - s + W) % W;
+      comm::Communicator::Exchange kv_ex;
+      if (s + 1 < W) {
+        kv_ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingBackwardKV);
+        bytes += static_cast<int64_t>(cur.nbytes());
+      }
+      at::Tensor contrib;  // this rank's dK/dV for block src, [2, B, Hkv, S, D] in cd; undefined = 0
+      {
+        Phase p(st, Phase::Kind::compute);
+        const BlockPlan plan = st.plan(src);
+        if (plan.kind != BlockKind::empty) {
+          const at::Tensor kv = wire.from_wire(cur).to(cd);
+          BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
+          dq.add_(g.dq);
+          contrib = at::stack({g.dk, g.dv});
+        }
+      }
+      if (s == 0) {
+        dkv_home = contrib;
+      } else {
+        if (s >= 2) {  // the partial sum for block src, sent by r-1 at its step s-1
+          Phase p(st, Phase::Kind::comm);
+          dkv_ex.wait();
+        }
+        {
+          Phase p(st, Phase::Kind::compute);
+          if (s >= 2) {
+            at::Tensor acc = wire.from_wire(dkv_recv);
+            if (contrib.defined()) acc = acc + contrib;
+            dkv_send.copy_(acc);
+          } else if (contrib.defined()) {
+            dkv_send.copy_(contrib);
+          } else {
+            dkv_send.zero_();
+          }
+        }
+        // r+1 holds block src at step s+1 (or, after the last step, src is r+1's own block). The
+        // receive is the partial sum of the block this rank holds next (or, at the last step, the
+        // finished sum of its own block).
+        dkv_ex = st.comm.post_exchange(dkv_send, (r + 1) % W, dkv_recv, (r - 1 + W) % W, kTagRingBackwardDKV);
+        bytes += static_cast<int64_t>(dkv_send.nbytes());
+      }
+      if (s + 1 < W) {
+        Phase p(st, Phase::Kind::comm);
+        kv_ex.wait();
+        std::swap(cur, next);
+      }
+    }
+    at::Tensor dkv;
+    if (W > 1) {
+      {
+        Phase p(st, Phase::Kind::comm);
+        dkv_ex.wait();
+      }
+      Phase p(st, Phase::Kind::compute);
+      dkv = wire.from_wire(dkv_recv);
+      if (dkv_home.defined()) dkv = dkv + dkv_home;
+    } else {
+      dkv = dkv_home.defined() ? dkv_home : at::zeros(cur.sizes(), qc.options());
+    }
+    if (st.stats) st.stats->bytes_sent += bytes;
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
+  }
+};
+
+class RingTransport final : public Transport {
+ public:
+  [[nodiscard]] std::string name() const override { return "ring"; }
+
+  [[nodiscard]] std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
+                                               int64_t cp) const override {
+    return common_unsupported_reason(mask, options, cp);
+  }
+
+  [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const AttentionContext& ctx) const override {
+    const AttendShape shape = check_attend(name(), q, k, v, ctx);
+    return RingAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
+  }
+
+  // Forward: W-1 K/V blocks. Backward: W-1 K/V blocks again plus W-1 dK/dV blocks in the
+  // accumulation dtype (float32 for 16-bit inputs).
+  [[nodiscard]] int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
+                                       int64_t head_dim, int64_t element_size) const override {
+    const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+    const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
+    return (cp - 1) * (2 * kv + dkv);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Transport> make_ring_transport() { return std::make_shared<RingTransport>(); }
+
+}  // namespace cpbench::kernels

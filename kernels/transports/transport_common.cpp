@@ -1,0 +1,203 @@
+#include "kernels/transports/transport_common.hpp"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::kernels {
+
+namespace {
+std::string phase_name(const TransportState& st, Phase::Kind kind) {
+  const std::string& prefix = st.nvtx_prefix.empty() ? std::string("cp") : st.nvtx_prefix;
+  return prefix + (kind == Phase::Kind::comm ? ":attn_comm" : ":attn_compute");
+}
+
+// [B, N] -> [B, n, kBlockTile], N padded to n * kBlockTile by repeating the last token (which
+// changes no tile's min, max, all or any).
+at::Tensor tiled(const at::Tensor& t, int64_t n) {
+  const int64_t pad = n * kBlockTile - t.size(1);
+  const at::Tensor x = pad > 0 ? at::cat({t, t.narrow(1, t.size(1) - 1, 1).expand({t.size(0), pad})}, 1) : t;
+  return x.reshape({t.size(0), n, kBlockTile});
+}
+
+bool is_supported_dtype(at::ScalarType t) {
+  return t == at::kDouble || t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+}  // namespace
+
+AttendShape check_attend(const std::string& transport, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const AttentionContext& ctx) {
+  CP_CHECK(ctx.comm != nullptr, transport, ": AttentionContext.comm is null");
+  AttendShape sh;
+  sh.world = ctx.comm->size();
+  sh.rank = ctx.comm->rank();
+  const auto where = [&] { return detail::concat(" (transport ", transport, ", rank ", sh.rank, ")"); };
+  CP_CHECK(q.defined() && k.defined() && v.defined(), "attention inputs must be defined", where());
+  CP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be [B, H, S, D]; got q ", shape_str(q.sizes()),
+           ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()), where());
+  CP_CHECK(k.sizes().equals(v.sizes()), "k ", shape_str(k.sizes()), " and v ", shape_str(v.sizes()), " differ",
+           where());
+  CP_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3), "q ", shape_str(q.sizes()),
+           " and k ", shape_str(k.sizes()), " must agree on B, S and D", where());
+  CP_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "query heads ", q.size(1),
+           " are not a multiple of key/value heads ", k.size(1), where());
+  CP_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+           "q, k, v dtypes differ: ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type(), where());
+  CP_CHECK(is_supported_dtype(q.scalar_type()), "dtype ", q.scalar_type(), " is not supported", where());
+  CP_CHECK(q.device() == k.device() && q.device() == v.device(), "q, k, v are on different devices", where());
+  sh.batch = q.size(0);
+  sh.q_heads = q.size(1);
+  sh.kv_heads = k.size(1);
+  sh.tokens = q.size(2);
+  sh.head_dim = q.size(3);
+  CP_CHECK(ctx.local.pos.defined() && ctx.local.batch() == sh.batch && ctx.local.tokens() == sh.tokens,
+           "ctx.local metadata ", ctx.local.pos.defined() ? shape_str(ctx.local.pos.sizes()) : "(undefined)",
+           " must be [B, S] = [", sh.batch, ", ", sh.tokens, "]", where());
+  CP_CHECK(ctx.all.pos.defined() && ctx.all.batch() == sh.batch && ctx.all.tokens() == sh.world * sh.tokens,
+           "ctx.all metadata ", ctx.all.pos.defined() ? shape_str(ctx.all.pos.sizes()) : "(undefined)",
+           " must be [B, W*S] = [", sh.batch, ", ", sh.world * sh.tokens, "] for W = ", sh.world, where());
+  if (ctx.mask.kind == MaskSpec::Kind::sliding_window)
+    CP_CHECK(ctx.mask.window >= 1, "sliding_window needs a window >= 1, got ", ctx.mask.window, where());
+  return sh;
+}
+
+TransportState make_state(const AttentionContext& ctx, const AttendShape& shape, const at::Device& device) {
+  TransportState st;
+  st.comm = *ctx.comm;
+  st.mask = ctx.mask;
+  st.local = ctx.local.to(device);
+  st.all = ctx.all.to(device);
+  // A zero scale means "the default", 1/sqrt(D).
+  st.scale = ctx.scale > 0 ? ctx.scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+  st.stats = ctx.stats;
+  st.nvtx_prefix = ctx.nvtx_prefix;
+  st.shape = shape;
+  return st;
+}
+
+BlockPlan TransportState::plan(int src) const {
+  return plan_block(mask, local, all.narrow(1, src * shape.tokens, shape.tokens));
+}
+
+BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k) {
+  CP_CHECK(q.pos.defined() && k.pos.defined() && q.pos.dim() == 2 && k.pos.dim() == 2 && q.pos.size(0) == k.pos.size(0),
+           "plan_block: query pos ", q.pos.defined() ? shape_str(q.pos.sizes()) : "(undefined)", " and key pos ",
+           k.pos.defined() ? shape_str(k.pos.sizes()) : "(undefined)", " must both be [B, N] with the same B");
+  const int64_t b = q.pos.size(0), sq = q.pos.size(1), sk = k.pos.size(1);
+  if (b == 0 || sq == 0 || sk == 0) return plan_block(build_mask(mask, q, k));
+  const int64_t nq = (sq + kBlockTile - 1) / kBlockTile, nk = (sk + kBlockTile - 1) / kBlockTile;
+  const auto Q = [](const at::Tensor& t) { return t.unsqueeze(2); };  // [B, nq] -> [B, nq, 1]
+  const auto K = [](const at::Tensor& t) { return t.unsqueeze(1); };  // [B, nk] -> [B, 1, nk]
+  const auto bounds = [](const at::Tensor& t, int64_t n) {
+    const at::Tensor x = tiled(t, n);
+    return std::pair{x.amin(-1), x.amax(-1)};
+  };
+  // Per batch row and cell: `none` = no pair can be visible, `all` = every pair is. Each clause
+  // mirrors one condition of build_mask (sharders/mask.hpp).
+  at::Tensor none = at::zeros({b, nq, nk}, q.pos.options().dtype(at::kBool));
+  at::Tensor all = at::ones({b, nq, nk}, none.options());
+  const auto same_value = [&](const at::Tensor& qt, const at::Tensor& kt) {  // segment / doc equality
+    const auto [qlo, qhi] = bounds(qt, nq);
+    const auto [klo, khi] = bounds(kt, nk);
+    none.logical_or_(K(klo) > Q(qhi)).logical_or_(K(khi) < Q(qlo));
+    all.logical_and_(Q(qlo) == Q(qhi)).logical_and_(K(klo) == K(khi)).logical_and_(K(klo) == Q(qlo));
+  };
+  if (q.segment.defined() && k.segment.defined()) same_value(q.segment, k.segment);
+  if (k.valid.defined()) {
+    const at::Tensor v = tiled(k.valid.to(at::kBool), nk);
+    none.logical_or_(K(v.any(-1).logical_not()));
+    all.logical_and_(K(v.all(-1)));
+  }
+  if (mask.kind != MaskSpec::Kind::full) {  // causal, document, sliding_window: pos k <= pos q
+    const auto [qlo, qhi] = bounds(q.pos, nq);
+    const auto [klo, khi] = bounds(k.pos, nk);
+    none.logical_or_(K(klo) > Q(qhi));
+    all.logical_and_(K(khi) <= Q(qlo));
+    if (mask.kind == MaskSpec::Kind::sliding_window) {  // and pos q - w < pos k
+      none.logical_or_(K(khi) <= Q(qlo) - mask.window);
+      all.logical_and_(K(klo) > Q(qhi) - mask.window);
+    }
+  }
+  if (mask.kind == MaskSpec::Kind::document && q.doc.defined() && k.doc.defined()) same_value(q.doc, k.doc);
+  // 0 empty, 2 full, 1 undecided: over the batch, a cell is empty / full only if it is in every row.
+  const at::Tensor code =
+      at::where(none.all(0), 0, at::where(all.all(0), 2, 1)).to(at::kByte).to(at::kCPU).contiguous();
+  const uint8_t* c = code.data_ptr<uint8_t>();
+  std::vector<BlockKind> kind(static_cast<size_t>(nq * nk));
+  std::vector<int64_t> qi, kj;
+  for (int64_t i = 0; i < nq; ++i) {
+    for (int64_t j = 0; j < nk; ++j) {
+      const uint8_t x = c[i * nk + j];
+      kind[static_cast<size_t>(i * nk + j)] = x == 0 ? BlockKind::empty : x == 2 ? BlockKind::full : BlockKind::masked;
+      if (x == 1) {
+        qi.push_back(i);
+        kj.push_back(j);
+      }
+    }
+  }
+  const auto n_masked = static_cast<int64_t>(qi.size());
+  at::Tensor cells = at::empty({0, b, kBlockTile, kBlockTile}, none.options());
+  if (n_masked > 0) {
+    // Every open cell's mask in one build_mask call: cell c's query tile and key tile become batch
+    // rows c*B .. c*B + B-1 of a [n_masked * B, kBlockTile] metadata pair.
+    const auto dev = q.pos.device();
+    const at::Tensor iq = at::tensor(qi, at::TensorOptions().dtype(at::kLong)).to(dev);
+    const at::Tensor ik = at::tensor(kj, at::TensorOptions().dtype(at::kLong)).to(dev);
+    const auto cell_meta = [&](const TokenMeta& m, int64_t n, const at::Tensor& idx) {
+      const auto g = [&](const at::Tensor& t) {
+        return t.defined() ? tiled(t, n).index_select(1, idx).transpose(0, 1).reshape({-1, kBlockTile}) : t;
+      };
+      return TokenMeta{g(m.pos), g(m.segment), g(m.doc), g(m.valid)};
+    };
+    cells = build_mask(mask, cell_meta(q, nq, iq), cell_meta(k, nk, ik)).view({n_masked, b, kBlockTile, kBlockTile});
+    // Positions past the block's edge (tiled() repeats the last token there) see nothing.
+    const auto inside = [&](int64_t len, int64_t n, const at::Tensor& idx) {
+      return (at::arange(n * kBlockTile, q.pos.options()) < len).view({n, kBlockTile}).index_select(0, idx);
+    };
+    cells.logical_and_(inside(sq, nq, iq).view({n_masked, 1, kBlockTile, 1}))
+        .logical_and_(inside(sk, nk, ik).view({n_masked, 1, 1, kBlockTile}));
+  }
+  return plan_from_cells(b, sq, sk, std::move(kind), cells);
+}
+
+Wire::Wire(const comm::Communicator& comm, const at::Device& compute_device)
+    : device(compute_device), staged(comm.size() > 1 && comm.is_gloo() && !compute_device.is_cpu()) {}
+
+at::Tensor Wire::to_wire(const at::Tensor& t) const { return staged ? t.to(at::kCPU).contiguous() : t.contiguous(); }
+
+at::Tensor Wire::from_wire(const at::Tensor& t) const { return staged ? t.to(device) : t; }
+
+at::TensorOptions Wire::options(at::ScalarType dtype) const {
+  return at::TensorOptions().dtype(dtype).device(staged ? at::Device(at::kCPU) : device);
+}
+
+Phase::Phase(const TransportState& st, Kind kind)
+    : stats_(st.stats), kind_(kind), range_{phase_name(st, kind)}, start_(std::chrono::steady_clock::now()) {}
+
+Phase::~Phase() {
+  if (!stats_) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  (kind_ == Kind::comm ? stats_->comm_seconds : stats_->compute_seconds) += s;
+}
+
+int64_t kv_block_bytes(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim, int64_t element_size) {
+  return 2 * batch * kv_heads * tokens * head_dim * element_size;
+}
+
+int64_t grad_element_size(int64_t element_size) { return element_size < 4 ? 4 : element_size; }
+
+std::string common_unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options, int64_t cp) {
+  if (cp < 1) return detail::concat("cp must be >= 1, got ", cp);
+  if (mask.kind == MaskSpec::Kind::sliding_window && mask.window < 1)
+    return detail::concat("sliding_window needs a window >= 1, got ", mask.window);
+  const auto dtype = options.dtype().toScalarType();
+  if (!is_supported_dtype(dtype))
+    return detail::concat("dtype ", dtype, " is not supported (float64, float32, bfloat16, float16)");
+  const auto dev = options.device();
+  if (!dev.is_cpu() && !dev.is_cuda()) return detail::concat("device ", dev, " is not supported (cpu, cuda)");
+  return "";
+}
+
+}  // namespace cpbench::kernels

@@ -1,0 +1,102 @@
+#pragma once
+// Pieces every CP transport shares (internal to kernels/): input validation, the state a transport's
+// autograd node keeps, host staging for Gloo, and timing + NVTX of the comm / compute phases.
+#include <ATen/ATen.h>
+#include <nvtx3/nvtx3.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kernels/comm/communicator.hpp"
+#include "kernels/attention/attention_math.hpp"
+#include "kernels/transports/transport.hpp"
+
+namespace cpbench::kernels {
+
+// Shapes of one attend() call, validated against each other, the metadata and the CP group.
+struct AttendShape {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, tokens = 0, head_dim = 0;  // tokens = S (local)
+  int world = 1, rank = 0;
+};
+// Throws cpbench::Error naming the transport, the offending shapes and the rank.
+[[nodiscard]] AttendShape check_attend(const std::string& transport, const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const AttentionContext& ctx);
+
+// What a transport's forward hands to its backward. Owned by the autograd node (see
+// kernels/comm/autograd.hpp, make_saved_object): the Communicator is a copy; `stats` is the caller's
+// and must outlive the backward.
+struct TransportState {
+  comm::Communicator comm;
+  MaskSpec mask;
+  TokenMeta local;  // on the device of q
+  TokenMeta all;    // on the device of q
+  double scale = 0;
+  AttentionStats* stats = nullptr;
+  std::string nvtx_prefix;
+  AttendShape shape;
+
+  // Plan of this rank's queries against the key block of rank `src` (columns [src*S, (src+1)*S) of
+  // all), from plan_block(mask, local, keys) below.
+  [[nodiscard]] BlockPlan plan(int src) const;
+};
+
+// The plan of queries `q` against keys `k` under `mask`: the same cells, visible pairs and
+// effective mask as plan_block(build_mask(mask, q, k)) up to rows / cols trimming (none here), but
+// without building the whole [B, Sq, Sk] mask. Each kBlockTile cell is classified from per-tile
+// bounds of the metadata (position, segment and document ranges, key validity), which decide full
+// and empty cells exactly; only the cells they leave open get their masks built. So planning costs
+// O(Sq + Sk + cells + masked cells' area), not O(Sq x Sk). Two device -> host copies.
+[[nodiscard]] BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k);
+
+[[nodiscard]] TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
+                                        const at::Device& device);
+
+// Gloo sends and receives CPU tensors only: with a Gloo group and device tensors, everything that
+// travels is staged through host memory. `wire` tensors live where the communicator needs them.
+struct Wire {
+  at::Device device;  // where the maths runs
+  bool staged = false;
+  Wire(const comm::Communicator& comm, const at::Device& compute_device);
+  [[nodiscard]] at::Tensor to_wire(const at::Tensor& t) const;    // contiguous, on the wire device
+  [[nodiscard]] at::Tensor from_wire(const at::Tensor& t) const;  // on the compute device
+  [[nodiscard]] at::TensorOptions options(at::ScalarType dtype) const;
+};
+
+// Adds wall time to AttentionStats (when present) and marks the span with an NVTX range
+// "<prefix>:attn_comm" or "<prefix>:attn_compute". Steady clock: on CUDA the compute span is host
+// time (kernel launches) unless something in it synchronizes; the harness's CUDA events time phases.
+class Phase {
+ public:
+  enum class Kind { comm, compute };
+  Phase(const TransportState& st, Kind kind);
+  ~Phase();
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+
+ private:
+  AttentionStats* stats_;
+  Kind kind_;
+  nvtx3::scoped_range range_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Gloo tags: one per message stream, so streams between the same pair of ranks never match each other.
+inline constexpr int kTagRingForwardKV = 0x52f0;
+inline constexpr int kTagRingBackwardKV = 0x52f1;
+inline constexpr int kTagRingBackwardDKV = 0x52f2;
+
+// Bytes of one rank's key/value block: 2 * B * Hkv * S * D * element_size.
+[[nodiscard]] int64_t kv_block_bytes(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim,
+                                     int64_t element_size);
+// Element size in which dK/dV accumulate and travel: float32 for 16-bit inputs, else the input's.
+[[nodiscard]] int64_t grad_element_size(int64_t element_size);
+
+// The reason a (mask, dtype, device, cp) combination cannot run, or "" (shared by both transports).
+[[nodiscard]] std::string common_unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options, int64_t cp);
+
+// Factories behind the registry (kernels/transports/registry.cpp).
+[[nodiscard]] std::shared_ptr<const Transport> make_allgather_transport();
+[[nodiscard]] std::shared_ptr<const Transport> make_ring_transport();
+
+}  // namespace cpbench::kernels
