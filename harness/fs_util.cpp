@@ -41,11 +41,4 @@ void remove_tree(const std::string& path) {
   CP_CHECK(rc == 0, path, ": cannot remove: ", std::strerror(rc > 0 ? rc : errno));
 }
 
-std::string read_link(const std::string& path) {
-  std::vector<char> buf(4096);
-  const ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size() - 1);
-  CP_CHECK(n > 0, path, ": readlink failed: ", std::strerror(errno));
-  return std::string(buf.data(), static_cast<size_t>(n));
-}
-
 }  // namespace cpbench::fsu

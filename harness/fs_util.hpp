@@ -15,6 +15,5 @@ void make_dirs(const std::string& path);
 // rm -rf; silent when the path does not exist; throws on other errors.
 void remove_tree(const std::string& path);
 // readlink(2) of `path` (e.g. /proc/self/exe).
-[[nodiscard]] std::string read_link(const std::string& path);
 
 }  // namespace cpbench::fsu

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "sharders/mask.hpp"
+
 namespace cpbench {
 
 // What a layout is asked to partition.
@@ -20,8 +22,7 @@ struct LayoutRequest {
   int64_t seq_len = 0;            // unpacked layouts: tokens per sequence before padding (>= 1)
   std::vector<int64_t> doc_lens;  // packed layouts: stream slot length of each document, in order
   // Data-dependent layouts may use the attention mask the work is balanced for.
-  std::string mask = "causal";    // causal | full | document | sliding_window
-  int64_t window = 0;             // sliding_window size
+  MaskSpec mask;
   int64_t chunk_size = 0;         // data-dependent layouts: 0 = the layout's default
 };
 
@@ -57,17 +58,13 @@ class Layout {
   [[nodiscard]] virtual bool data_dependent() const { return false; }
   // The multiple the sequence (unpacked) or each document (packed) is padded to.
   [[nodiscard]] virtual int64_t pad_multiple(int64_t cp) const = 0;
-  // How attention reaches the other ranks' keys for this sharder.
-  enum class Attention {
-    transport,   // the model's attention calls the CP transport directly
-    sdpa_hook,   // the CP transport is installed at the model's SDPA hook point for each forward
-    local_only,  // negative control: attends to local keys only (wrong on purpose)
-  };
-  [[nodiscard]] virtual Attention attention() const { return Attention::transport; }
-
   // Validates the request (throws cpbench::Error naming the bad field) and partitions the stream.
   [[nodiscard]] virtual GlobalLayout compute(const LayoutRequest& request) const = 0;
 };
+
+// load_balanced's head-tail layout under another sharder's name (sdpa_wrap, local_only differ from
+// load_balanced only in how attention is reached: their registry entries say how).
+[[nodiscard]] std::unique_ptr<Layout> make_head_tail_layout(std::string name, std::string summary);
 
 namespace layout_math {
 [[nodiscard]] int64_t round_up(int64_t n, int64_t multiple);

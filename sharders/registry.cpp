@@ -21,6 +21,7 @@ struct Entry {
   std::string name;
   std::vector<std::string> aliases;
   std::function<std::unique_ptr<Layout>()> make;
+  AttentionRouting routing = AttentionRouting::transport;
 };
 
 const std::vector<Entry>& entries() {
@@ -29,22 +30,26 @@ const std::vector<Entry>& entries() {
       {"load_balanced", {"round_robin", "head_tail", "zigzag"}, make_load_balanced_layout},
       {"striped", {}, make_striped_layout},
       {"thd", {}, make_thd_layout},
-      {"sdpa_wrap", {}, make_sdpa_wrap_layout},
-      {"local_only", {}, make_local_only_layout},
+      {"sdpa_wrap", {}, make_sdpa_wrap_layout, AttentionRouting::sdpa_hook},
+      {"local_only", {}, make_local_only_layout, AttentionRouting::local_only},
       {"workload_balanced", {}, make_workload_balanced_layout},
   };
   return all;
 }
-}  // namespace
 
-std::shared_ptr<const Layout> make_layout(const std::string& name) {
+const Entry& entry(const std::string& name) {
   for (const auto& e : entries()) {
-    if (e.name == name) return e.make();
+    if (e.name == name) return e;
     for (const auto& a : e.aliases)
-      if (a == name) return e.make();
+      if (a == name) return e;
   }
   throw UsageError(detail::concat("unknown sharder '", name, "'; known sharders: ", known_layouts_text()));
 }
+}  // namespace
+
+std::shared_ptr<const Layout> make_layout(const std::string& name) { return entry(name).make(); }
+
+AttentionRouting attention_routing(const std::string& name) { return entry(name).routing; }
 
 std::vector<std::string> known_layouts() {
   std::vector<std::string> names;

@@ -96,7 +96,7 @@ std::vector<int64_t> Sharder::rank_indices(int64_t P, int64_t rank) const {
   const int64_t m = layout_->pad_multiple(options_.cp_size);
   CP_CHECK(P >= 1 && P % m == 0, who(), ": padded_seq_len=", P, " is not a positive multiple of ", m,
            " (what ", layout_->name(), " pads to at cp=", options_.cp_size, ")");
-  LayoutRequest req{options_.cp_size, P, {}, options_.mask, options_.window, options_.chunk_size};
+  LayoutRequest req{options_.cp_size, P, {}, options_.mask, options_.chunk_size};
   return layout_->compute(req).ranks[static_cast<size_t>(rank)];
 }
 
@@ -151,20 +151,30 @@ Batch Sharder::shard(const Batch& in) {
 Batch Sharder::shard_unpacked(const Batch& in) {
   const at::Tensor& prim = in.primary();
   const int64_t B = prim.size(0), S = prim.size(1);
-  LayoutRequest req{options_.cp_size, S, {}, options_.mask, options_.window, options_.chunk_size};
-  if (in.seq_lens && layout_->data_dependent()) {
+  const std::vector<DocSpan> docs = documents(in);
+  LayoutRequest req{options_.cp_size, S, {}, options_.mask, options_.chunk_size};
+  if (!docs.empty() && layout_->data_dependent()) {
     // Data-dependent layouts balance the real document structure of the (single) row.
     CP_CHECK(B == 1, who(), ": a data-dependent layout over documents needs batch_size 1, got seq_lens ",
              shape_of(*in.seq_lens));
-    at::Tensor sl = in.seq_lens->to(at::kCPU, at::kLong).flatten();
-    for (int64_t i = 0; i < sl.numel(); ++i)
-      if (sl[i].item<int64_t>() != kSeqLensSentinel) req.doc_lens.push_back(sl[i].item<int64_t>());
+    for (const auto& d : docs) req.doc_lens.push_back(d.real);
   }
   ShardLayout sl;
   sl.global = layout_->compute(req);
   sl.original_seq_len = S;
   sl.padded_seq_len = sl.global.padded_seq_len;
   const int64_t pad = sl.padded_seq_len - S;
+  // One stream per row: the rows share the layout but not their documents or padding.
+  const std::vector<uint8_t> input_pad = input_padding(in);
+  for (int64_t b = 0; b < B; ++b) {
+    // Without seq_lens a row is one document.
+    std::vector<DocSpan> row;
+    if (!in.seq_lens) row.push_back({0, 0, S, S});
+    for (const auto& d : docs)
+      if (d.row == b) row.push_back({0, d.offset, d.real, d.slot});
+    sl.streams.push_back(
+        unpacked_stream(S, row, sl.padded_seq_len, input_pad.empty() ? nullptr : input_pad.data() + b * S));
+  }
   shard_layout_ = std::move(sl);
 
   auto take = [&](const at::Tensor& t, int64_t seq_dim, const at::Scalar& fill) {
@@ -197,92 +207,103 @@ Batch Sharder::shard_unpacked(const Batch& in) {
   return out;
 }
 
+std::vector<DocSpan> Sharder::documents(const Batch& in) const {
+  const at::Tensor& prim = in.primary();
+  const int64_t B = prim.size(0), S = prim.size(1);
+  CP_CHECK(!in.seq_lens_padded || in.seq_lens, who(), ": seq_lens_padded ", shape_of(*in.seq_lens_padded),
+           " given without seq_lens");
+  std::vector<DocSpan> docs;
+  if (!in.seq_lens) return docs;
+  at::Tensor lens = in.seq_lens->to(at::kCPU, at::kLong).contiguous();
+  CP_CHECK(lens.dim() == 2 && lens.size(0) == B, who(), ": seq_lens must be [B, D] with B=", B, ", got ",
+           shape_of(lens));
+  at::Tensor slots = in.seq_lens_padded ? in.seq_lens_padded->to(at::kCPU, at::kLong).contiguous() : lens;
+  CP_CHECK(slots.sizes() == lens.sizes(), who(), ": seq_lens_padded ", shape_of(slots),
+           " must have the shape of seq_lens ", shape_of(lens));
+  const auto L = lens.accessor<int64_t, 2>();
+  const auto W = slots.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < lens.size(1); ++d) {
+      const int64_t real = L[b][d], slot = W[b][d];
+      if (real == kSeqLensSentinel) {
+        CP_CHECK(slot == kSeqLensSentinel, who(), ": seq_lens[", b, "][", d, "] is the sentinel ", kSeqLensSentinel,
+                 " but seq_lens_padded[", b, "][", d, "] = ", slot);
+        continue;
+      }
+      CP_CHECK(real >= 1, who(), ": seq_lens[", b, "][", d, "] = ", real, " is not a document length (use ",
+               kSeqLensSentinel, " for no document)");
+      CP_CHECK(slot >= real, who(), ": seq_lens_padded[", b, "][", d, "] = ", slot, " is shorter than seq_lens[", b,
+               "][", d, "] = ", real);
+      CP_CHECK(off + slot <= S, who(), ": the documents of row ", b, " need ", off + slot, " tokens, but the row has S=",
+               S, " (", in.primary_key(), " ", shape_of(prim), ")");
+      docs.push_back({b, off, real, slot});
+      off += slot;
+    }
+  }
+  CP_CHECK(!docs.empty(), who(), ": seq_lens ", shape_of(lens), " holds no document");
+  return docs;
+}
+
+std::vector<uint8_t> Sharder::input_padding(const Batch& in) {
+  if (!in.padding_mask) return {};
+  at::Tensor pm = in.padding_mask->to(at::kCPU, at::kByte).contiguous();
+  return {pm.data_ptr<uint8_t>(), pm.data_ptr<uint8_t>() + pm.numel()};
+}
+
 Batch Sharder::shard_packed(const Batch& in) {
   const at::Tensor& prim = in.primary();
   const int64_t B = prim.size(0), S = prim.size(1);
   const int64_t W = options_.cp_size;
-  CP_CHECK(!in.seq_lens_padded || in.seq_lens, who(), ": seq_lens_padded ", shape_of(*in.seq_lens_padded),
-           " given without seq_lens");
   // Rows are flattened into one stream, so an extra must carry the batch dim right before its
   // sequence dim; any other batch size would flatten into the wrong tokens (or out of range).
   for (const auto& [key, ex] : in.extras)
     CP_CHECK(ex.seq_dim >= 1 && ex.tensor.size(ex.seq_dim - 1) == B, who(), ": extra_seq_buffers['", key,
              "'] ", shape_of(ex.tensor), " with seq_dim ", ex.seq_dim, ": thd flattens [B, S] = [", B, ", ", S,
              "] into one stream, so dims (seq_dim-1, seq_dim) must be [", B, ", ", S, "]");
-  // Documents of each row: real length and slot width in the input row.
-  struct Doc {
-    int64_t row, in_offset, real, slot;
-  };
-  std::vector<Doc> docs;
-  if (in.seq_lens) {
-    at::Tensor lens = in.seq_lens->to(at::kCPU, at::kLong);
-    CP_CHECK(lens.dim() == 2 && lens.size(0) == B, who(), ": seq_lens must be [B, D] with B=", B, ", got ",
-             shape_of(lens));
-    at::Tensor slots = in.seq_lens_padded ? in.seq_lens_padded->to(at::kCPU, at::kLong) : lens;
-    CP_CHECK(slots.sizes() == lens.sizes(), who(), ": seq_lens_padded ", shape_of(slots),
-             " must have the shape of seq_lens ", shape_of(lens));
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t off = 0;
-      for (int64_t d = 0; d < lens.size(1); ++d) {
-        const int64_t real = lens[b][d].item<int64_t>();
-        const int64_t slot = slots[b][d].item<int64_t>();
-        if (real == kSeqLensSentinel) {
-          CP_CHECK(slot == kSeqLensSentinel, who(), ": seq_lens[", b, "][", d, "] is the sentinel ",
-                   kSeqLensSentinel, " but seq_lens_padded[", b, "][", d, "] = ", slot);
-          continue;
-        }
-        CP_CHECK(real >= 1, who(), ": seq_lens[", b, "][", d, "] = ", real,
-                 " is not a document length (use ", kSeqLensSentinel, " for no document)");
-        CP_CHECK(slot >= real, who(), ": seq_lens_padded[", b, "][", d, "] = ", slot, " is shorter than seq_lens[",
-                 b, "][", d, "] = ", real);
-        CP_CHECK(off + slot <= S, who(), ": the documents of row ", b, " need ", off + slot,
-                 " tokens, but the row has S=", S, " (", in.primary_key(), " ", shape_of(prim), ")");
-        docs.push_back({b, off, real, slot});
-        off += slot;
-      }
-    }
-    CP_CHECK(!docs.empty(), who(), ": seq_lens ", shape_of(lens), " holds no document");
-  } else {
+  // Documents of each row: real length and slot width in the input row; without seq_lens each row
+  // is one document.
+  std::vector<DocSpan> docs = documents(in);
+  if (!in.seq_lens)
     for (int64_t b = 0; b < B; ++b) docs.push_back({b, 0, S, S});
-  }
 
-  LayoutRequest req{W, 0, {}, options_.mask, options_.window, options_.chunk_size};
+  LayoutRequest req{W, 0, {}, options_.mask, options_.chunk_size};
   for (const auto& d : docs) req.doc_lens.push_back(d.slot);
   ShardLayout sl;
   sl.global = layout_->compute(req);
-  // A copy: `sl` is moved into shard_layout_ before the batch's cu_seqlens_padded is written.
-  const std::vector<int64_t> cu_pad = sl.global.cu_seqlens_padded;
+  // The layout was asked for slot widths; GlobalLayout::cu_seqlens promises real lengths.
+  sl.global.cu_seqlens.assign(1, 0);
+  for (const auto& d : docs) sl.global.cu_seqlens.push_back(sl.global.cu_seqlens.back() + d.real);
+  const std::vector<int64_t>& cu_pad = sl.global.cu_seqlens_padded;
   const int64_t P = sl.global.padded_seq_len;
   sl.padded_seq_len = P;
   sl.input_row_shape = std::vector<int64_t>{B, S};
+  sl.documents = docs;
+  sl.input_padding = input_padding(in);
+  sl.streams.push_back(packed_stream(docs, sl.global.cu_seqlens, cu_pad, S,
+                                     sl.input_padding.empty() ? nullptr : sl.input_padding.data()));
+  const Stream& stream = sl.streams.front();
+  // Where each stream position's token comes from in the input rows, and the reverse.
   sl.stream_source.assign(static_cast<size_t>(P), -1);
   std::vector<int64_t> input_pos(static_cast<size_t>(B * S), -1);
-  std::vector<int64_t> pad_slots;         // stream positions that are padding (offset >= real)
   std::vector<int64_t> new_slots, new_base;  // positions with no input token, and the slot they continue
-  std::vector<int64_t> doc_offset(static_cast<size_t>(P), 0);
-  std::vector<int64_t> cu_real{0};
   int64_t max_padded = 0;
   for (size_t d = 0; d < docs.size(); ++d) {
     const auto& doc = docs[d];
     const int64_t start = cu_pad[d], n = cu_pad[d + 1] - cu_pad[d];
     max_padded = std::max(max_padded, n);
-    cu_real.push_back(cu_real.back() + doc.real);
     for (int64_t k = 0; k < n; ++k) {
       const auto p = static_cast<size_t>(start + k);
-      doc_offset[p] = k;
       if (k < doc.slot) {
-        const int64_t src = doc.row * S + doc.in_offset + k;
+        const int64_t src = doc.row * S + doc.offset + k;
         sl.stream_source[p] = src;
         input_pos[static_cast<size_t>(src)] = start + k;
       } else {
         new_slots.push_back(start + k);
         new_base.push_back(start + doc.slot - 1);
       }
-      if (k >= doc.real) pad_slots.push_back(start + k);
     }
   }
-  // The layout was asked for slot widths; GlobalLayout::cu_seqlens promises real lengths.
-  sl.global.cu_seqlens = cu_real;
   bool moved = P != B * S;
   for (int64_t p = 0; !moved && p < P; ++p) moved = sl.stream_source[static_cast<size_t>(p)] != p;
   if (moved) {
@@ -290,6 +311,14 @@ Batch Sharder::shard_packed(const Batch& in) {
     std::copy(input_pos.begin(), input_pos.end(), m.data_ptr<int64_t>());
     sl.input_token_stream_positions = m;
   }
+  // The batch's padding_mask and per-document positions, from the stream.
+  at::Tensor pad_mask = at::empty({1, P}, at::kBool), doc_pos = at::empty({1, P}, at::kLong);
+  for (int64_t p = 0; p < P; ++p) {
+    const Stream::Token& t = stream.tokens[static_cast<size_t>(p)];
+    pad_mask.data_ptr<bool>()[p] = t.valid == 0;
+    doc_pos.data_ptr<int64_t>()[p] = t.pos - t.doc_lo;
+  }
+  const std::vector<int64_t> cu_real = sl.global.cu_seqlens;
   shard_layout_ = std::move(sl);
   const auto& src = shard_layout_->stream_source;
 
@@ -303,14 +332,8 @@ Batch Sharder::shard_packed(const Batch& in) {
   if (in.inputs_embeds) out.inputs_embeds = take(*in.inputs_embeds, 1, 0);
   out.labels = take(*in.labels, 1, kIgnoreIndex);
   if (in.loss_mask) out.loss_mask = take(*in.loss_mask, 1, 0);
-  // padding_mask from the pack layout (offset in document >= real length), or-ed with the caller's.
-  {
-    at::Tensor pm = at::zeros({1, P}, at::kBool);
-    if (!pad_slots.empty()) pm.index_fill_(1, to_index_tensor(pad_slots, at::kCPU), true);
-    pm = pm.to(prim.device());
-    if (in.padding_mask) pm = pm | gather_stream(in.padding_mask->to(at::kBool), 1, src, true);
-    out.padding_mask = select_local(pm, 1);
-  }
+  // padding_mask: the pack layout's pad slots and the caller's padding.
+  out.padding_mask = select_local(pad_mask.to(prim.device()), 1);
   // position_ids: restart at each document; given ones are kept and continue counting into new slots.
   {
     at::Tensor pos;
@@ -329,16 +352,56 @@ Batch Sharder::shard_packed(const Batch& in) {
         pos = pos.index_copy(pos_dim, dst, pos.index_select(pos_dim, base) + delta);
       }
     } else {
-      pos = to_index_tensor(doc_offset, prim.device()).unsqueeze(0);
+      pos = doc_pos.to(prim.device());
     }
     out.position_ids = select_local(pos, pos_dim);
   }
   for (const auto& [key, ex] : in.extras)
     out.extras[key] = ExtraBuffer{take(ex.tensor, ex.seq_dim, ex.fill.value_or(0)), ex.seq_dim, ex.fill};
   out.cu_seqlens = to_index_tensor(cu_real, prim.device()).to(at::kInt);
-  out.cu_seqlens_padded = to_index_tensor(cu_pad, prim.device()).to(at::kInt);
+  out.cu_seqlens_padded = to_index_tensor(shard_layout_->global.cu_seqlens_padded, prim.device()).to(at::kInt);
   out.max_seqlen = max_padded;
   return out;
+}
+
+TokenMeta Sharder::attention_meta(const Batch& local) const {
+  const ShardLayout& L = shard_layout();
+  const std::vector<int64_t> mine = rank_indices(L.padded_seq_len, options_.cp_rank);
+  TokenMeta m;
+  if (layout_->packed()) {
+    // The attention consumes the THD metadata the shard returned, as Transformer Engine's kernels
+    // consume cu_seqlens / cu_seqlens_padded.
+    CP_CHECK(local.cu_seqlens && local.cu_seqlens_padded, who(),
+             ": attention_meta needs the cu_seqlens / cu_seqlens_padded of a thd shard");
+    const auto as_vector = [](const at::Tensor& t) {
+      const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+      return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    };
+    const std::vector<int64_t> cu_pad = as_vector(*local.cu_seqlens_padded);
+    CP_CHECK(!cu_pad.empty() && cu_pad.back() == L.padded_seq_len, who(), ": cu_seqlens_padded ", shape_str(cu_pad),
+             " does not end at the padded stream length ", L.padded_seq_len);
+    const Stream stream =
+        packed_stream(L.documents, as_vector(*local.cu_seqlens), cu_pad, (*L.input_row_shape)[1],
+                      L.input_padding.empty() ? nullptr : L.input_padding.data());
+    m = stream.token_meta(mine);
+  } else {
+    std::vector<TokenMeta> rows;
+    for (const Stream& s : L.streams) rows.push_back(s.token_meta(mine));
+    const auto cat = [&](at::Tensor TokenMeta::*field) {
+      std::vector<at::Tensor> parts;
+      for (const auto& r : rows) parts.push_back(r.*field);
+      return at::cat(parts, 0);
+    };
+    m = TokenMeta{cat(&TokenMeta::pos), cat(&TokenMeta::segment), cat(&TokenMeta::doc), cat(&TokenMeta::valid)};
+  }
+  // Which local tokens are padding: what the shard returned.
+  if (local.padding_mask) {
+    const at::Tensor pm = local.padding_mask->to(at::kCPU, at::kBool);
+    CP_CHECK(pm.sizes().equals(m.pos.sizes()), who(), ": the local padding_mask ", shape_of(pm),
+             " does not match the local tokens ", shape_of(m.pos));
+    m.valid = pm.logical_not();
+  }
+  return m;
 }
 
 at::Tensor Sharder::shard_token_tensor(const at::Tensor& t_in, int64_t seq_dim, std::optional<at::Scalar> fill) const {

@@ -20,6 +20,8 @@
 
 #include "sharders/batch.hpp"
 #include "sharders/layout.hpp"
+#include "sharders/mask.hpp"
+#include "sharders/stream.hpp"
 
 namespace cpbench {
 
@@ -28,8 +30,7 @@ struct SharderOptions {
   int64_t cp_rank = 0;
   int64_t padding_token_id = 0;
   // Passed to data-dependent layouts.
-  std::string mask = "causal";
-  int64_t window = 0;
+  MaskSpec mask;
   int64_t chunk_size = 0;
 };
 
@@ -43,13 +44,18 @@ struct ShardLayout {
   std::optional<at::Tensor> input_token_stream_positions;
   // thd: for each stream position, the flat input index b*S+i it came from, -1 = new pad slot.
   std::vector<int64_t> stream_source;
+  // Metadata of the padded stream (sharders/stream.hpp): one per input row for unpacked layouts, the
+  // one flat stream for thd.
+  std::vector<Stream> streams;
+  // thd: the documents of the input rows, and the caller's padding_mask [B * S] (empty: none given).
+  std::vector<DocSpan> documents;
+  std::vector<uint8_t> input_padding;
 };
 
 class Sharder {
  public:
   Sharder(std::shared_ptr<const Layout> layout, SharderOptions options);
 
-  [[nodiscard]] const Layout& layout_kind() const { return *layout_; }
   [[nodiscard]] const SharderOptions& options() const { return options_; }
   [[nodiscard]] bool has_shard_layout() const { return shard_layout_.has_value(); }
   // The layout of the last shard(); throws before the first.
@@ -80,12 +86,21 @@ class Sharder {
   [[nodiscard]] at::Tensor restore_gathered(const at::Tensor& rank_order, int64_t seq_dim = 1, bool trim = false,
                                             std::optional<at::Scalar> fill = std::nullopt) const;
 
+  // Mask metadata of this rank's tokens after shard() returned `local`: [rows, P/cp] (rows = B, or 1
+  // for thd) positions, segments and documents of the shard's stream, and valid = !local.padding_mask
+  // (for thd, rebuilt from the cu_seqlens / cu_seqlens_padded the shard returned). On the CPU.
+  [[nodiscard]] TokenMeta attention_meta(const Batch& local) const;
+
   // "load_balanced (cp=4, rank 1)"
   [[nodiscard]] std::string who() const;
 
  private:
   Batch shard_unpacked(const Batch& batch);
   Batch shard_packed(const Batch& batch);
+  // The documents seq_lens / seq_lens_padded describe, validated; empty without seq_lens.
+  [[nodiscard]] std::vector<DocSpan> documents(const Batch& batch) const;
+  // The caller's padding_mask as bytes [B * S], or empty.
+  [[nodiscard]] static std::vector<uint8_t> input_padding(const Batch& batch);
   [[nodiscard]] std::vector<int64_t> rank_indices(int64_t padded_seq_len, int64_t rank) const;
   [[nodiscard]] at::Tensor select_local(const at::Tensor& t, int64_t seq_dim) const;
 

@@ -11,6 +11,7 @@
 #include "sharders/core/check.hpp"
 #include "sharders/layout.hpp"
 #include "sharders/mask_area.hpp"
+#include "sharders/stream.hpp"
 
 namespace cpbench {
 
@@ -150,7 +151,7 @@ class WorkloadBalanced final : public Layout {
     }
     CP_CHECK(docs_total <= req.seq_len, "workload_balanced: doc_lens sum to ", docs_total,
              " tokens, more than seq_len ", req.seq_len);
-    const mask_area::Mask mask = mask_area::Mask::parse(req.mask, req.window);
+    const MaskSpec& mask = req.mask;
     const int64_t chunk =
         req.chunk_size > 0 ? req.chunk_size : workload_balanced::default_chunk_size(req.seq_len, req.cp);
 
@@ -159,7 +160,7 @@ class WorkloadBalanced final : public Layout {
     g.cp = req.cp;
     g.original_seq_len = req.seq_len;
     g.padded_seq_len = layout_math::round_up(req.seq_len, chunk * req.cp);
-    const mask_area::Stream stream = mask_area::unpacked_stream(req.seq_len, req.doc_lens, g.padded_seq_len);
+    const Stream stream = unpacked_stream(req.seq_len, req.doc_lens, g.padded_seq_len);
     const int64_t n = g.padded_seq_len / chunk;
     std::vector<int64_t> areas(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)

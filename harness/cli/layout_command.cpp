@@ -5,6 +5,7 @@
 
 #include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
+#include "sharders/stream.hpp"
 
 namespace cpbench {
 
@@ -16,7 +17,7 @@ GlobalLayout compute_layout_for_command(const LayoutCommandOptions& o) {
     CP_CHECK_USAGE(o.doc_lens[i] >= 1, "--doc-lens[", i, "]: expected a positive length, got ", o.doc_lens[i]);
   LayoutRequest req;
   req.cp = o.cp;
-  req.mask = o.mask;
+  req.mask = MaskSpec::parse(o.mask);
   req.chunk_size = o.chunk_size;
   if (layout->packed()) {
     CP_CHECK_USAGE(!o.doc_lens.empty() || o.seq_len >= 1, "--doc-lens (or --seq-len for one document) is required for ",
@@ -82,23 +83,12 @@ std::string layout_to_table(const GlobalLayout& g) {
     os << "documents (real lengths):  cu_seqlens        " << shape_str(g.cu_seqlens) << "\n";
     os << "documents (padded stream): cu_seqlens_padded " << shape_str(g.cu_seqlens_padded) << "\n";
   }
-  // A position is padding when it lies past its sequence's real length: past original_seq_len for
-  // unpacked layouts, past the document's real length (cu_seqlens) within its padded slot
-  // (cu_seqlens_padded) for packed ones.
-  std::vector<char> is_pad(static_cast<size_t>(g.padded_seq_len), 0);
-  if (!g.cu_seqlens_padded.empty()) {
-    for (size_t d = 0; d + 1 < g.cu_seqlens_padded.size() && d + 1 < g.cu_seqlens.size(); ++d) {
-      const int64_t real = g.cu_seqlens[d + 1] - g.cu_seqlens[d];
-      for (int64_t p = g.cu_seqlens_padded[d] + real; p < g.cu_seqlens_padded[d + 1]; ++p)
-        is_pad[static_cast<size_t>(p)] = 1;
-    }
-  } else if (g.original_seq_len >= 0) {
-    for (int64_t p = g.original_seq_len; p < g.padded_seq_len; ++p) is_pad[static_cast<size_t>(p)] = 1;
-  }
+  // Which positions are padding: the stream metadata of the layout (sharders/stream.hpp).
+  const Stream stream = stream_of(g, {});
   os << "rank  tokens  global positions (local order)\n";
   for (size_t r = 0; r < g.ranks.size(); ++r) {
     int64_t pads = 0;
-    for (auto p : g.ranks[r]) pads += is_pad[static_cast<size_t>(p)];
+    for (auto p : g.ranks[r]) pads += stream.tokens[static_cast<size_t>(p)].valid == 0;
     os << (r < 10 ? "   " : "  ") << r << "  " << g.ranks[r].size() << "  " << spans_text(g.ranks[r]);
     if (pads) os << "   (" << pads << " padding)";
     os << "\n";

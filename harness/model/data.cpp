@@ -4,13 +4,6 @@
 
 namespace cpbench {
 
-at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float64") return at::kDouble;
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  throw UsageError("unknown dtype '" + name + "'; known: float64, float32, bfloat16");
-}
-
 namespace {
 // splitmix64: a value that depends only on (seed, stream, b, s, salt).
 uint64_t mix(uint64_t x) {
@@ -106,55 +99,6 @@ GlobalData make_global_data(const BatchSpec& spec, const ModelConfig& model, at:
   g.reference_meta.doc = g.doc_ids;
   g.reference_meta.valid = pad.logical_not().to(device);
   return g;
-}
-
-TokenMeta stream_meta(const Sharder& sharder, const Batch& local, const GlobalData& data) {
-  const ShardLayout& L = sharder.shard_layout();
-  const int64_t P = L.padded_seq_len;
-  const auto device = data.doc_ids.device();
-  auto long_opts = at::TensorOptions().dtype(at::kLong);
-  TokenMeta m;
-  if (!sharder.layout_kind().packed()) {
-    const int64_t B = data.doc_ids.size(0), S = data.doc_ids.size(1);
-    m.pos = at::arange(P, long_opts.device(device)).unsqueeze(0).expand({B, P}).contiguous();
-    m.segment = at::zeros({B, P}, long_opts.device(device));
-    m.doc = pad_rule::pad_seq(data.doc_ids, 1, P - S, -1);
-    m.valid = pad_rule::pad_seq(data.batch.padding_mask->logical_not(), 1, P - S, false);
-    return m;
-  }
-  // thd: one flat stream; the segment of a token is the input row its document came from.
-  const int64_t S = data.doc_ids.size(1);
-  CP_CHECK(local.cu_seqlens && local.cu_seqlens_padded, sharder.who(), ": thd shard without cu_seqlens");
-  at::Tensor cu = local.cu_seqlens->to(at::kCPU, at::kLong), cup = local.cu_seqlens_padded->to(at::kCPU, at::kLong);
-  // pos is the token's position in its input row, not in the stream: thd inserts padding between
-  // documents, and a sliding window (or causal order across documents) is defined on the row the
-  // reference sees. New pad slots continue counting; they are never valid keys.
-  at::Tensor seg = at::zeros({1, P}, long_opts), doc = at::zeros({1, P}, long_opts), rpos = at::zeros({1, P}, long_opts);
-  at::Tensor valid = at::zeros({1, P}, at::kBool);
-  at::Tensor in_pad = data.batch.padding_mask->to(at::kCPU).flatten();
-  auto sg = seg.accessor<int64_t, 2>();
-  auto dc = doc.accessor<int64_t, 2>();
-  auto rp = rpos.accessor<int64_t, 2>();
-  auto vl = valid.accessor<bool, 2>();
-  auto ip = in_pad.accessor<bool, 1>();
-  const auto& src = L.stream_source;
-  for (int64_t d = 0; d + 1 < cup.size(0); ++d) {
-    const int64_t start = cup[d].item<int64_t>(), end = cup[d + 1].item<int64_t>();
-    const int64_t real = cu[d + 1].item<int64_t>() - cu[d].item<int64_t>();
-    const int64_t row = src[static_cast<size_t>(start)] / S;
-    for (int64_t p = start; p < end; ++p) {
-      sg[0][p] = row;
-      dc[0][p] = d;
-      const int64_t s = src[static_cast<size_t>(p)];
-      vl[0][p] = (p - start) < real && s >= 0 && !ip[s];
-      rp[0][p] = s >= 0 ? s % S : rp[0][p - 1] + 1;
-    }
-  }
-  m.pos = rpos.to(device);
-  m.segment = seg.to(device);
-  m.doc = doc.to(device);
-  m.valid = valid.to(device);
-  return m;
 }
 
 at::Tensor input_owner(const Sharder& sharder, const GlobalData& data) {

@@ -3,13 +3,28 @@
 // (any shard can be generated alone), and the per-token metadata the attention masks run on.
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "harness/model/model.hpp"
-#include "harness/runner/scenario.hpp"
 #include "sharders/mask.hpp"
 #include "sharders/batch.hpp"
 #include "sharders/sharder.hpp"
 
 namespace cpbench {
+
+struct BatchSpec {
+  int64_t batch_size = 1;
+  int64_t seq_len = 128;                         // tokens per row (S)
+  std::vector<std::vector<int64_t>> documents;   // per row; one list applies to every row; empty = one document filling the row
+  int64_t padding_token_id = 0;
+  std::string primary = "input_ids";             // input_ids | inputs_embeds
+  bool loss_mask = false;                        // generate a loss_mask with some zeros
+  bool mrope = false;                            // position_ids as [3, B, S]
+  uint64_t seed = 7;
+};
+
 
 struct GlobalData {
   Batch batch;             // global [B, S]: input_ids or inputs_embeds, labels (next token within a
@@ -24,15 +39,8 @@ struct GlobalData {
 [[nodiscard]] GlobalData make_global_data(const BatchSpec& spec, const ModelConfig& model, at::ScalarType dtype,
                                           const at::Device& device, uint64_t stream = 0);
 
-// Metadata of the padded global stream after `sharder.shard(data.batch)` returned `local`:
-// [B, P] for unpacked layouts, [1, P] for thd. Index with local_token_global_indices to get any
-// rank's tokens.
-[[nodiscard]] TokenMeta stream_meta(const Sharder& sharder, const Batch& local, const GlobalData& data);
-
 // For each input position (b, s) of the global batch, the CP rank that owns it after the shard
 // (-1 for input slots the shard dropped). [B, S] int64 on CPU.
 [[nodiscard]] at::Tensor input_owner(const Sharder& sharder, const GlobalData& data);
-
-[[nodiscard]] at::ScalarType parse_dtype(const std::string& name);
 
 }  // namespace cpbench

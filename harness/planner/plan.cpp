@@ -306,8 +306,7 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   req.cp = W;
   req.seq_len = seq_len;
   req.doc_lens = docs;
-  req.mask = mask_text;
-  req.window = mask.window;
+  req.mask = mask;
   GlobalLayout g;
   try {
     g = layout.compute(req);

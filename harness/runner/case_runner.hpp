@@ -19,7 +19,7 @@ struct RankRuntime {
 };
 
 // Tolerance on max|cp - ref| / max|ref| per dtype name.
-[[nodiscard]] double tolerance_for(const std::string& dtype);
+[[nodiscard]] double tolerance_for(at::ScalarType dtype);
 
 // Why this case cannot run here ("" if it can). Same answer on every rank.
 [[nodiscard]] std::string skip_reason(const ScenarioSpec& scenario, const CaseSpec& c, int job_world_size);

@@ -16,8 +16,29 @@
 
 namespace cpbench {
 
+const char* to_string(Expect expect) { return expect == Expect::match ? "match" : "mismatch"; }
+const char* to_string(DeviceKind device) { return device == DeviceKind::cuda ? "cuda" : "cpu"; }
+
+namespace {
+const std::vector<std::pair<std::string, at::ScalarType>> kDtypeNames = {
+    {"float64", at::kDouble}, {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}};
+}  // namespace
+
+at::ScalarType parse_dtype(const std::string& name) {
+  for (const auto& [n, t] : kDtypeNames)
+    if (n == name) return t;
+  throw UsageError("unknown dtype '" + name + "'; known: float64, float32, bfloat16");
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  for (const auto& [n, t] : kDtypeNames)
+    if (t == dtype) return n;
+  return c10::toString(dtype);
+}
+
 std::string CaseSpec::name() const {
-  std::string n = sharder + "/" + transport + "/cp" + std::to_string(cp) + "/" + mask + "/" + dtype;
+  std::string n =
+      sharder + "/" + transport + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
   return n;
 }
@@ -139,7 +160,6 @@ std::vector<int64_t> read_int_list(const Ctx& c, const YAML::Node& n, const std:
   return out;
 }
 
-const std::vector<std::string> kDtypes = {"float64", "float32", "bfloat16"};
 
 struct Axes {
   std::vector<std::string> sharder, transport, mask, dtype, expect;
@@ -172,8 +192,11 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
     }
   };
   auto dtype_ok = [&](const std::string& p, const std::string& v) {
-    if (std::find(kDtypes.begin(), kDtypes.end(), v) == kDtypes.end())
-      c.fail(p, "unknown dtype '" + v + "'; known: float64, float32, bfloat16");
+    try {
+      (void)parse_dtype(v);
+    } catch (const UsageError& e) {
+      c.fail(p, e.what());
+    }
   };
   auto expect_ok = [&](const std::string& p, const std::string& v) {
     if (v != "match" && v != "mismatch") c.fail(p, "expected match or mismatch, got \"" + v + "\"");
@@ -279,8 +302,9 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   }
 
   if (root["device"]) {
-    s.device = read_str(c, root["device"], "device");
-    if (s.device != "cpu" && s.device != "cuda") c.fail("device", "expected cpu or cuda, got \"" + s.device + "\"");
+    const std::string device = read_str(c, root["device"], "device");
+    if (device != "cpu" && device != "cuda") c.fail("device", "expected cpu or cuda, got \"" + device + "\"");
+    s.device = device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   }
   if (root["timeout_s"]) s.timeout_s = read_int(c, root["timeout_s"], "timeout_s", 1);
   if (root["seed"]) {
@@ -351,9 +375,9 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.transport = tr;
                   cs.cp = cp;
                   cs.dp = dp;
-                  cs.mask = MaskSpec::parse(mk).to_string();
-                  cs.dtype = dt;
-                  cs.expect = ex;
+                  cs.mask = MaskSpec::parse(mk);
+                  cs.dtype = parse_dtype(dt);
+                  cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
                   if (!seen.insert(cs.name() + "/" + ex).second) continue;
                   cs.index = static_cast<int64_t>(s.cases.size());
                   s.cases.push_back(cs);

@@ -7,35 +7,38 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/ScalarType.h>
+
+#include "harness/model/data.hpp"
 #include "harness/model/model.hpp"
+#include "sharders/mask.hpp"
 
 namespace cpbench {
-
-struct BatchSpec {
-  int64_t batch_size = 1;
-  int64_t seq_len = 128;                         // tokens per row (S)
-  std::vector<std::vector<int64_t>> documents;   // per row; one list applies to every row; empty = one document filling the row
-  int64_t padding_token_id = 0;
-  std::string primary = "input_ids";             // input_ids | inputs_embeds
-  bool loss_mask = false;                        // generate a loss_mask with some zeros
-  bool mrope = false;                            // position_ids as [3, B, S]
-  uint64_t seed = 7;
-};
 
 struct MeasureSpec {
   int64_t warmup = 0;  // untimed iterations before timing
   int64_t iters = 1;   // timed iterations (the first also feeds the reference check)
 };
 
+// What a case must show against the single-rank reference: `mismatch` marks a negative control.
+enum class Expect { match, mismatch };
+enum class DeviceKind { cpu, cuda };
+[[nodiscard]] const char* to_string(Expect expect);
+[[nodiscard]] const char* to_string(DeviceKind device);
+// The scenario's dtype names: float64, float32, bfloat16 (UsageError listing them otherwise).
+[[nodiscard]] at::ScalarType parse_dtype(const std::string& name);
+[[nodiscard]] std::string dtype_name(at::ScalarType dtype);
+
+// One case, typed once here; nothing downstream re-parses its fields.
 struct CaseSpec {
   int64_t index = 0;        // position in the scenario's expanded case list
-  std::string sharder;
-  std::string transport;
+  std::string sharder;      // canonical registry name
+  std::string transport;    // registry name
   int64_t cp = 1;
   int64_t dp = 1;
-  std::string mask = "causal";
-  std::string dtype = "float64";
-  std::string expect = "match";  // match | mismatch
+  MaskSpec mask;
+  at::ScalarType dtype = at::kDouble;
+  Expect expect = Expect::match;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1)
   [[nodiscard]] std::string name() const;
@@ -47,7 +50,7 @@ struct ScenarioSpec {
   std::string description;
   ModelConfig model;
   BatchSpec batch;
-  std::string device = "cpu";  // cpu | cuda
+  DeviceKind device = DeviceKind::cpu;
   MeasureSpec measure;
   int64_t timeout_s = 120;     // collective timeout per case, seconds
   std::vector<CaseSpec> cases;

@@ -50,7 +50,7 @@ Environment environment(const ScenarioSpec& s, const std::string& launcher) {
   e.git_commit = git_commit();
   e.torch_version = TORCH_VERSION;
   e.cuda_available = torch::cuda::is_available();
-  e.device = s.device;
+  e.device = to_string(s.device);
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   e.host = host;

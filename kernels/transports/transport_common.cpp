@@ -9,10 +9,6 @@
 namespace cpbench::kernels {
 
 namespace {
-std::string phase_name(const TransportState& st, Phase::Kind kind) {
-  const std::string& prefix = st.nvtx_prefix.empty() ? std::string("cp") : st.nvtx_prefix;
-  return prefix + (kind == Phase::Kind::comm ? ":attn_comm" : ":attn_compute");
-}
 
 // [B, N] -> [B, n, kBlockTile], N padded to n * kBlockTile by repeating the last token (which
 // changes no tile's min, max, all or any).
@@ -94,8 +90,8 @@ BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& 
     const at::Tensor x = tiled(t, n);
     return std::pair{x.amin(-1), x.amax(-1)};
   };
-  // Per batch row and cell: `none` = no pair can be visible, `all` = every pair is. Each clause
-  // mirrors one condition of build_mask (sharders/mask.hpp).
+  // Per batch row and cell: `none` = no pair can be visible, `all` = every pair is. Each clause is one
+  // condition of the visibility rule (sharders/mask.hpp) applied to the tiles' bounds.
   at::Tensor none = at::zeros({b, nq, nk}, q.pos.options().dtype(at::kBool));
   at::Tensor all = at::ones({b, nq, nk}, none.options());
   const auto same_value = [&](const at::Tensor& qt, const at::Tensor& kt) {  // segment / doc equality
@@ -110,17 +106,19 @@ BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& 
     none.logical_or_(K(v.any(-1).logical_not()));
     all.logical_and_(K(v.all(-1)));
   }
-  if (mask.kind != MaskSpec::Kind::full) {  // causal, document, sliding_window: pos k <= pos q
+  if (mask.has_upper() || mask.has_lower()) {
     const auto [qlo, qhi] = bounds(q.pos, nq);
     const auto [klo, khi] = bounds(k.pos, nk);
-    none.logical_or_(K(klo) > Q(qhi));
-    all.logical_and_(K(khi) <= Q(qlo));
-    if (mask.kind == MaskSpec::Kind::sliding_window) {  // and pos q - w < pos k
-      none.logical_or_(K(khi) <= Q(qlo) - mask.window);
-      all.logical_and_(K(klo) > Q(qhi) - mask.window);
+    if (mask.has_upper()) {  // pos k <= upper(pos q); upper is monotone in pos q
+      none.logical_or_(K(klo) > mask.upper(Q(qhi)));
+      all.logical_and_(K(khi) <= mask.upper(Q(qlo)));
+    }
+    if (mask.has_lower()) {  // pos k >= lower(pos q); lower is monotone in pos q
+      none.logical_or_(K(khi) < mask.lower(Q(qlo)));
+      all.logical_and_(K(klo) >= mask.lower(Q(qhi)));
     }
   }
-  if (mask.kind == MaskSpec::Kind::document && q.doc.defined() && k.doc.defined()) same_value(q.doc, k.doc);
+  if (mask.same_document() && q.doc.defined() && k.doc.defined()) same_value(q.doc, k.doc);
   // 0 empty, 2 full, 1 undecided: over the batch, a cell is empty / full only if it is in every row.
   const at::Tensor code =
       at::where(none.all(0), 0, at::where(all.all(0), 2, 1)).to(at::kByte).to(at::kCPU).contiguous();
@@ -174,7 +172,7 @@ at::TensorOptions Wire::options(at::ScalarType dtype) const {
 }
 
 Phase::Phase(const TransportState& st, Kind kind)
-    : stats_(st.stats), kind_(kind), range_{phase_name(st, kind)}, start_(std::chrono::steady_clock::now()) {}
+    : stats_(st.stats), kind_(kind), range_{st.nvtx_prefix, kind == Kind::comm ? "attn_comm" : "attn_compute"}, start_(std::chrono::steady_clock::now()) {}
 
 Phase::~Phase() {
   if (!stats_) return;

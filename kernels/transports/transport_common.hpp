@@ -2,13 +2,13 @@
 // Pieces every CP transport shares (internal to kernels/): input validation, the state a transport's
 // autograd node keeps, host staging for Gloo, and timing + NVTX of the comm / compute phases.
 #include <ATen/ATen.h>
-#include <nvtx3/nvtx3.hpp>
 
 #include <chrono>
 #include <memory>
 #include <string>
 
 #include "kernels/comm/communicator.hpp"
+#include "sharders/core/nvtx.hpp"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/transports/transport.hpp"
 
@@ -77,7 +77,7 @@ class Phase {
  private:
   AttentionStats* stats_;
   Kind kind_;
-  nvtx3::scoped_range range_;
+  nvtx::Range range_;
   std::chrono::steady_clock::time_point start_;
 };
 

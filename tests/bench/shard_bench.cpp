@@ -18,7 +18,7 @@ constexpr int64_t kB = 2, kS = 16384, kH = 256, kW = 8;
 const char* kLayouts[] = {"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap"};
 
 Sharder sharded(const std::string& name, Batch* out_batch = nullptr) {
-  Sharder s(make_layout(name), SharderOptions{kW, 3, 0, "causal", 0, 0});
+  Sharder s(make_layout(name), SharderOptions{kW, 3, 0, MaskSpec{}, 0});
   Batch b;
   b.input_ids = at::randint(1, 100, {kB, kS}, at::kLong);
   b.labels = *b.input_ids;
@@ -77,7 +77,7 @@ void BM_Gather(benchmark::State& state, const std::string& name) {
 void BM_Layout(benchmark::State& state, const std::string& name) {
   const int64_t W = state.range(0), S = state.range(1);
   auto layout = make_layout(name);
-  LayoutRequest req{W, S, {}, "causal", 0, 0};
+  LayoutRequest req{W, S, {}, MaskSpec{}, 0};
   if (name == "thd") {
     for (int64_t left = S; left > 0; left -= 4096) req.doc_lens.push_back(std::min<int64_t>(4096, left));
   }

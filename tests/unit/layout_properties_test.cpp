@@ -252,8 +252,9 @@ TEST(LayoutProperties, RegistryFlagsAndAliases) {
     EXPECT_EQ(layout->packed(), name == "thd") << name;
     EXPECT_EQ(layout->data_dependent(), name == "thd" || name == "workload_balanced") << name;
   }
-  EXPECT_EQ(make_layout("sdpa_wrap")->attention(), Layout::Attention::sdpa_hook);
-  EXPECT_EQ(make_layout("local_only")->attention(), Layout::Attention::local_only);
-  EXPECT_EQ(make_layout("load_balanced")->attention(), Layout::Attention::transport);
-  EXPECT_EQ(make_layout("thd")->attention(), Layout::Attention::transport);
+  EXPECT_EQ(attention_routing("sdpa_wrap"), AttentionRouting::sdpa_hook);
+  EXPECT_EQ(attention_routing("local_only"), AttentionRouting::local_only);
+  EXPECT_EQ(attention_routing("load_balanced"), AttentionRouting::transport);
+  EXPECT_EQ(attention_routing("round_robin"), AttentionRouting::transport);
+  EXPECT_EQ(attention_routing("thd"), AttentionRouting::transport);
 }

@@ -82,20 +82,21 @@ std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W,
   if (!docs.empty()) spec.documents = {docs};
   const GlobalData data = make_global_data(spec, ModelConfig::preset_named("tiny"), at::kFloat, at::Device(at::kCPU));
   const MaskSpec mask = MaskSpec::parse(mask_text);
-  Sharder sh(make_layout(sharder), SharderOptions{W, 0, spec.padding_token_id, mask.to_string(), mask.window, 0});
-  const Batch local = sh.shard(data.batch);
-  const TokenMeta stream = stream_meta(sh, local, data);
-  const int64_t P = sh.shard_layout().padded_seq_len;
-  std::vector<at::Tensor> idx;
-  for (int64_t r = 0; r < W; ++r) idx.push_back(sh.local_token_global_indices(P, r));
-  auto pick = [&](const at::Tensor& ix) {
-    return TokenMeta{stream.pos.index_select(1, ix), stream.segment.index_select(1, ix), stream.doc.index_select(1, ix),
-                     stream.valid.index_select(1, ix)};
+  // Every rank's shard and the attention metadata it returns, concatenated in rank order.
+  std::vector<TokenMeta> ranks;
+  for (int64_t r = 0; r < W; ++r) {
+    Sharder sh(make_layout(sharder), SharderOptions{W, r, spec.padding_token_id, mask, 0});
+    const Batch local = sh.shard(data.batch);
+    ranks.push_back(sh.attention_meta(local));
+  }
+  const auto cat = [&](at::Tensor TokenMeta::*field) {
+    std::vector<at::Tensor> parts;
+    for (const auto& m : ranks) parts.push_back(m.*field);
+    return at::cat(parts, 1);
   };
-  const TokenMeta all = pick(at::cat(idx));
+  const TokenMeta all{cat(&TokenMeta::pos), cat(&TokenMeta::segment), cat(&TokenMeta::doc), cat(&TokenMeta::valid)};
   std::vector<int64_t> out;
-  for (int64_t r = 0; r < W; ++r)
-    out.push_back(build_mask(mask, pick(idx[static_cast<size_t>(r)]), all).sum().item<int64_t>());
+  for (int64_t r = 0; r < W; ++r) out.push_back(build_mask(mask, ranks[static_cast<size_t>(r)], all).sum().item<int64_t>());
   return out;
 }
 

@@ -50,8 +50,8 @@ sweep:
   ScenarioSpec s = parse_scenario(yaml, "x.yaml");
   ASSERT_EQ(s.cases.size(), 5u);
   EXPECT_EQ(s.cases[0].sharder, "load_balanced");  // alias resolved
-  EXPECT_EQ(s.cases[1].mask, "sliding_window:16");
-  EXPECT_EQ(s.cases[4].expect, "mismatch");
+  EXPECT_EQ(s.cases[1].mask.to_string(), "sliding_window:16");
+  EXPECT_EQ(s.cases[4].expect, Expect::mismatch);
   ScenarioSpec o = parse_scenario(yaml, "x.yaml", {"cp=[4]", "transport=allgather"});
   ASSERT_EQ(o.cases.size(), 3u);
   for (const auto& c : o.cases) {

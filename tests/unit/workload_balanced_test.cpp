@@ -27,7 +27,7 @@ LayoutRequest request(int64_t W, int64_t S, std::vector<int64_t> docs = {}, std:
   r.cp = W;
   r.seq_len = S;
   r.doc_lens = std::move(docs);
-  r.mask = std::move(mask);
+  r.mask = MaskSpec::parse(mask);
   r.chunk_size = chunk;
   return r;
 }
@@ -129,7 +129,7 @@ TEST(WorkloadBalancedLayout, PartitionsThePaddedRowInAscendingChunks) {
   auto layout = make_layout("workload_balanced");
   EXPECT_TRUE(layout->data_dependent());
   EXPECT_FALSE(layout->packed());
-  EXPECT_EQ(layout->attention(), Layout::Attention::transport);
+  EXPECT_EQ(attention_routing("workload_balanced"), AttentionRouting::transport);
   for (int64_t W = 1; W <= 8; ++W)
     for (int64_t S : {1, 7, 16, 31, 64, 100, 257, 1000})
       for (int64_t chunk : {0, 1, 4, 16}) {
@@ -234,7 +234,7 @@ std::vector<Sharder> wb_sharders(int64_t W, const std::string& mask, int64_t chu
     o.cp_size = W;
     o.cp_rank = r;
     o.padding_token_id = kPadId;
-    o.mask = mask;
+    o.mask = MaskSpec::parse(mask);
     o.chunk_size = chunk;
     out.emplace_back(layout, o);
   }
