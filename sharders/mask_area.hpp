@@ -16,13 +16,6 @@
 
 namespace cpbench::mask_area {
 
-// Transitional names for code written against the older mask_area types (the planner); new code
-// uses MaskSpec and the stream producer directly.
-using Mask = MaskSpec;
-using cpbench::Stream;
-using cpbench::stream_of;
-using cpbench::unpacked_stream;
-
 // Visible pairs of the queries [begin, end) (a contiguous run of positions). O(end - begin).
 [[nodiscard]] int64_t run_area(const Stream& stream, const MaskSpec& mask, int64_t begin, int64_t end);
 // visible[p] = keys visible to query p, for every position, in one sequential pass. O(P).

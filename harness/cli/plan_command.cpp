@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "harness/fs_util.hpp"
+#include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
 
@@ -35,7 +36,9 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (ranks beyond it use the inter-node link)");
   cmd.add_option("--sharders", o.sharders, "layouts to compare (default: all but local_only and sdpa_wrap)")
       ->delimiter(',');
-  cmd.add_option("--transports", o.transports, "allgather, ring (default both)")->delimiter(',');
+  std::string transports;
+  for (const auto& t : known_transports()) transports += (transports.empty() ? "" : ", ") + t;
+  cmd.add_option("--transports", o.transports, transports + " (default: all)")->delimiter(',');
   cmd.add_option("--kernel", o.kernel, "pairs (time ~ visible pairs; default) or blocks (cpbench's CPU transports)");
   cmd.add_option("--format", o.format, "table or json")->check(CLI::IsMember({"table", "json"}));
   cmd.add_option("--calibrate", o.calibrate, "report.json: fit FLOP/s and bandwidth from measured runs");

@@ -1,5 +1,5 @@
 #pragma once
-// `cpbench plan`: command-line glue for the planner (harness/plan.hpp). main.cpp adds the subcommand
+// `cpbench plan`: command-line glue for the planner (harness/planner/plan.hpp). main.cpp adds the subcommand
 // with add_plan_options and dispatches to run_plan_command; everything else is in the library.
 #include <cstdint>
 #include <string>
@@ -27,7 +27,7 @@ struct PlanCommandOptions {
   double flops = 0, bandwidth = 0, inter_bandwidth = 0, latency = -1;
   int64_t gpus_per_node = 0;
   std::vector<std::string> sharders;    // empty = planner default
-  std::vector<std::string> transports;  // empty = allgather, ring
+  std::vector<std::string> transports;  // empty = every registered transport
   std::string kernel = "pairs";
   std::string format = "table";  // table | json
   std::string calibrate;         // report.json to fit FLOP/s and bandwidth from

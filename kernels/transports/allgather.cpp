@@ -13,7 +13,9 @@
 // reduction-type support (Gloo's bfloat16 coverage varies by version).
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "kernels/comm/autograd.hpp"
@@ -156,6 +158,46 @@ class AllGatherTransport final : public Transport {
     const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
     const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
     return (cp - 1) * (kv + dkv);
+  }
+
+  [[nodiscard]] int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
+                                               int64_t head_dim, int64_t element_size) const override {
+    return (cp - 1) * kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+  }
+
+  // The K/V all-gather (ring algorithm, W-1 hops) overlaps only the local block; the dK/dV
+  // reduce-scatter runs after every block's gradients, fully exposed.
+  [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
+    CallTime t;
+    if (in.cp <= 1) {
+      t.step_s = kStepFactor * in.c_fwd_max;
+      return t;
+    }
+    CP_CHECK(in.c_local.empty() || in.c_local.size() == in.c_fwd.size(), "allgather time_per_call: ", in.c_local.size(),
+             " local-block times for ", in.c_fwd.size(), " ranks");
+    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth, c_max = in.c_fwd_max;
+    const double t_ag = hops * a + in.fwd_bytes / B, t_rs = hops * a + in.bwd_bytes / B;
+    const double only[] = {c_max};
+    const std::span<const double> c = in.c_fwd.empty() ? std::span<const double>(only) : in.c_fwd;
+    double worst = 0;
+    for (size_t r = 0; r < c.size(); ++r) {
+      const double local = in.c_local.empty() ? c[r] / static_cast<double>(in.cp) : in.c_local[r];
+      worst = std::max(worst, std::max(t_ag, local) + (c[r] - local) + kBackwardFactor * c[r]);
+    }
+    t.step_s = worst + t_rs;
+    t.exposed_s = t.step_s - kStepFactor * c_max;
+    t.transfer_s = t_ag + t_rs;
+    return t;
+  }
+
+  // Every layer keeps its gathered K/V (the other W-1 ranks' blocks) for its backward; at the peak the
+  // backward also fills the [W] dK/dV buffer the reduce-scatter sends from.
+  [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
+    if (a.cp <= 1) return 0;
+    const int64_t kv = kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, a.element_size);
+    const int64_t dkv =
+        kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, grad_element_size(a.element_size));
+    return a.layers * (a.cp - 1) * kv + a.cp * dkv;
   }
 };
 

@@ -18,6 +18,7 @@
 // whose mask is all-visible run without a mask tensor.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -198,6 +199,39 @@ class RingTransport final : public Transport {
     const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
     const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
     return (cp - 1) * (2 * kv + dkv);
+  }
+
+  [[nodiscard]] int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
+                                               int64_t head_dim, int64_t element_size) const override {
+    return (cp - 1) * kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+  }
+
+  // Each of the W-1 hops carries one block while the rank computes on the one it holds; the slowest
+  // rank's work is assumed spread evenly over its W steps, so a hop is exposed only by what it takes
+  // beyond one step's compute.
+  [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
+    CallTime t;
+    if (in.cp <= 1) {
+      t.step_s = kStepFactor * in.c_fwd_max;
+      return t;
+    }
+    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth, c_max = in.c_fwd_max;
+    const double hop_f = a + in.fwd_bytes / hops / B, hop_b = a + in.bwd_bytes / hops / B;
+    const double step_f = c_max / static_cast<double>(in.cp), step_b = kBackwardFactor * step_f;
+    t.exposed_s = hops * (std::max(0.0, hop_f - step_f) + std::max(0.0, hop_b - step_b));
+    t.transfer_s = hops * (hop_f + hop_b);
+    t.step_s = kStepFactor * c_max + t.exposed_s;
+    return t;
+  }
+
+  // Nothing is kept across layers (the backward sends K/V round again); in flight at the peak: the
+  // two alternating K/V receive buffers and the two dK/dV partial sums (the one received, the one sent).
+  [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
+    if (a.cp <= 1) return 0;
+    const int64_t kv = kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, a.element_size);
+    const int64_t dkv =
+        kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, grad_element_size(a.element_size));
+    return 2 * kv + 2 * dkv;
   }
 };
 

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,41 @@ struct AttentionContext {
   std::string nvtx_prefix;                   // "cp:<sharder>" for NVTX ranges
 };
 
+// ---- Cost model: what the planner (harness/planner) asks a transport without running it ----
+//
+// Convention shared by every transport's time formula and the planner: a training step's attention
+// compute is kStepFactor x its forward, of which the backward is kBackwardFactor x the forward
+// (FlashAttention-style backward does 5 matmuls to the forward's 2; peers-and-limits §9.1).
+inline constexpr double kBackwardFactor = 2.5;
+inline constexpr double kStepFactor = 1.0 + kBackwardFactor;
+
+// One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
+// c_fwd and c_local are borrowed: they must outlive the time_per_call() call they are given to.
+struct CallCostInputs {
+  int64_t cp = 1;                   // W
+  double c_fwd_max = 0;             // s, the slowest rank's forward attention compute
+  double fwd_bytes = 0;             // bytes one rank sends in the forward
+  double bwd_bytes = 0;             // bytes one rank sends in the backward
+  double bandwidth = 0;             // B/s per GPU and direction of the link the call uses (> 0)
+  double latency_s = 0;             // s per message
+  std::span<const double> c_fwd;    // s, every rank's forward compute; empty: one rank at c_fwd_max
+  std::span<const double> c_local;  // s, each rank's forward against its own keys (same size as
+                                    // c_fwd); empty: c_fwd[r] / W
+};
+
+// Predicted time of one attention call, fwd + bwd, in seconds. step_s includes kStepFactor * c_fwd_max
+// of compute; exposed_s is the communication not hidden behind it (step_s - that compute);
+// transfer_s the time the bytes need on the link, overlapped or not.
+struct CallTime {
+  double step_s = 0, exposed_s = 0, transfer_s = 0;
+};
+
+// One rank's share of a model's attention path, for the transport's activation memory.
+struct ActivationShape {
+  int64_t cp = 1, layers = 1, batch = 1, kv_heads = 0, local_tokens = 0, head_dim = 0;
+  int64_t element_size = 2;  // bytes per K/V element (dK/dV: the accumulation dtype, see below)
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -53,6 +89,17 @@ class Transport {
   // Bytes this rank sends for one forward + backward of one attention call (the transport's formula).
   [[nodiscard]] virtual int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
                                                int64_t head_dim, int64_t element_size) const = 0;
+  // The forward's part of bytes_per_call (same arguments); the rest is backward traffic. 0 <= it <= bytes_per_call.
+  [[nodiscard]] virtual int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads,
+                                                       int64_t local_tokens, int64_t head_dim,
+                                                       int64_t element_size) const = 0;
+  // The transport's time formula for one call (docs/planner.md, "Step time"): how its transfers
+  // overlap the compute. At W = 1 nothing moves: step_s = kStepFactor * c_fwd_max.
+  [[nodiscard]] virtual CallTime time_per_call(const CallCostInputs& in) const = 0;
+  // Bytes of activation memory the transport itself holds at a rank's peak, all layers: buffers it keeps
+  // for the backward beyond each layer's q, k, v, output and log-sum-exp (which the planner counts), plus
+  // the largest set of transient buffers in flight. 0 at W = 1.
+  [[nodiscard]] virtual int64_t peak_activation_bytes(const ActivationShape& shape) const = 0;
 };
 
 // Lifetime: attend() builds an autograd node that keeps its own copies of the Communicator (a reference
@@ -67,10 +114,18 @@ class Transport {
 //                                     before each block's maths); backward sends K/V round again and
 //                                     dK/dV travel with their block back to its owner.
 // Both skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
-// bytes_per_call, with kv = 2*B*Hkv*S*D*element_size and dkv the same in the accumulation dtype
-// (element size max(4, element_size)):  allgather (W-1)*(kv + dkv);  ring (W-1)*(2*kv + dkv).
 //
-// Registry: "allgather", "ring". Unknown names throw UsageError listing the known ones.
+// Cost formulas, with kv = 2*B*Hkv*S*D*element_size, dkv the same in the accumulation dtype (element
+// size max(4, element_size)), a = latency, Bw = bandwidth, c = c_fwd_max, per call:
+//   bytes (fwd + bwd)   allgather (W-1)*(kv + dkv)                ring (W-1)*(2*kv + dkv)
+//   forward bytes       allgather (W-1)*kv                        ring (W-1)*kv
+//   step_s              allgather max_r [max(T_ag, local_r) + c_r - local_r + 2.5 c_r] + T_rs,
+//                                 T_ag = (W-1) a + fwd/Bw, T_rs = (W-1) a + bwd/Bw
+//                       ring      3.5 c + (W-1) [max(0, a + fwd/(W-1)/Bw - c/W) + max(0, a + bwd/(W-1)/Bw - 2.5 c/W)]
+//   peak activation     allgather layers*(W-1)*kv + W*dkv         ring 2*kv + 2*dkv
+//
+// Registry (kernels/transports/registry.cpp): a transport is one file here plus one line there; the
+// planner and the CLI list known_transports(). Unknown names throw UsageError listing the known ones.
 [[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name);
 [[nodiscard]] std::vector<std::string> known_transports();
 

@@ -1,8 +1,8 @@
 // Planner micro-benchmarks (Google Benchmark): how long `cpbench plan` takes at scale.
-//   BM_Plan_1M_W1024/<mask>      the whole plan (5 default sharders x 2 transports) of Llama-3-8B over
-//                                1,048,576 tokens at W = 1024; mask causal, or document over lognormal
-//                                documents (mean 4096). The target: well under a second.
-//   BM_PlanSharder_1M_W1024/<s>  one sharder's share of it (layout + per-rank work + both transports)
+//   BM_Plan_1M_W1024/<mask>      the whole plan (5 default sharders x every registered transport) of
+//                                Llama-3-8B over 1,048,576 tokens at W = 1024; mask causal, or document
+//                                over lognormal documents (mean 4096). The target: well under a second.
+//   BM_PlanSharder_1M_W1024/<s>  one sharder's share of it (layout + per-rank work + every transport)
 //   BM_Plan_128K_Llama8B         the README example: 131,072 tokens at W = 8, 16, 64
 // Counters: cases planned, and seconds per case.
 #include <benchmark/benchmark.h>

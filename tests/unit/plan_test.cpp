@@ -1,6 +1,7 @@
-// The planner (harness/plan.hpp): per-rank FLOPs equal what the transports count on the runner's own
+// The planner (harness/planner/plan.hpp): per-rank FLOPs equal what the transports count on the runner's own
 // metadata, the analytic bounds of peers-and-limits §9.2, the ring-flash-attention setting (§3.2), the
-// transports' byte formulas, the JSON schema, the recommendation on packed documents, calibration
+// transports' byte formulas (and that every case is priced by its transport's own formulas, for
+// exactly the registered transports), the JSON schema, the recommendation on packed documents, calibration
 // from a synthetic report, the document distributions, and one-line exit-2 errors for bad input.
 #include "harness/planner/plan.hpp"
 
@@ -8,19 +9,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "harness/model/data.hpp"
 #include "harness/cli/plan_command.hpp"
-#include "sharders/mask.hpp"
+#include "harness/model/data.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
+#include "sharders/mask.hpp"
+#include "sharders/mask_area.hpp"
 #include "sharders/registry.hpp"
 
 using namespace cpbench;
@@ -249,6 +255,139 @@ TEST(PlanMemory, AllgatherKeepsTheGatheredKeysAndValues) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The planner asks the transports: their formulas, every registered one, no names of its own
+// ---------------------------------------------------------------------------------------------------
+
+// Every case's bytes, time and memory are what its transport's own formulas give for the case's
+// shapes and compute, recomputed here from the transport interface and the layout's work: a planner
+// that priced a case any other way (its own byte split, time model or buffer sizes) fails this.
+TEST(PlanTransports, CasesUseEachTransportsOwnFormulas) {
+  plan::PlanRequest r = request("llama3-8b", 65536, {1, 8, 16});
+  r.cluster = plan::cluster_preset("h100-ib400");  // W = 16 crosses nodes: the inter-node link
+  r.sharders = {"contiguous", "load_balanced"};
+  r.dtype = "fp16";
+  const plan::Plan p = plan::make_plan(r);
+  ASSERT_EQ(p.cases.size(), 3u * 2u * known_transports().size());
+  const plan::ModelShape& m = r.model;
+  const int64_t e = 2, L = m.layers;
+  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim), F = r.cluster.attention_flops;
+  const MaskSpec mask = MaskSpec::parse("causal");
+  for (const auto& c : p.cases) {
+    SCOPED_TRACE(c.sharder + "/" + c.transport + " cp=" + std::to_string(c.cp));
+    const auto t = make_transport(c.transport);
+    const int64_t W = c.cp, s = c.local_tokens;
+    const int64_t call = t->bytes_per_call(W, 1, m.kv_heads, s, m.head_dim, e);
+    const int64_t fwd = t->forward_bytes_per_call(W, 1, m.kv_heads, s, m.head_dim, e);
+    EXPECT_EQ(c.bytes_per_rank, L * call);
+
+    plan::StreamCache cache;
+    const plan::LayoutWork w =
+        plan::layout_work(*make_layout(c.sharder), W, r.seq_len, {}, mask, plan::Kernel::pairs, cache);
+    std::vector<double> c_fwd, c_local;
+    for (size_t i = 0; i < w.pairs.size(); ++i) {
+      c_fwd.push_back(unit * static_cast<double>(w.pairs[i]) / F);
+      c_local.push_back(unit * static_cast<double>(w.local_pairs[i]) / F);
+    }
+    CallCostInputs in;
+    in.cp = W;
+    in.c_fwd_max = *std::max_element(c_fwd.begin(), c_fwd.end());
+    in.fwd_bytes = static_cast<double>(fwd);
+    in.bwd_bytes = static_cast<double>(call - fwd);
+    in.bandwidth = W <= 8 ? r.cluster.intra_bandwidth : r.cluster.inter_bandwidth;
+    in.latency_s = r.cluster.latency_s;
+    in.c_fwd = c_fwd;
+    in.c_local = c_local;
+    const CallTime ct = t->time_per_call(in);
+    EXPECT_DOUBLE_EQ(c.predicted_step_s, static_cast<double>(L) * ct.step_s);
+    EXPECT_DOUBLE_EQ(c.exposed_comm_s, static_cast<double>(L) * ct.exposed_s);
+    EXPECT_DOUBLE_EQ(c.transfer_s, static_cast<double>(L) * ct.transfer_s);
+    EXPECT_DOUBLE_EQ(c.compute_s, static_cast<double>(L) * kStepFactor * in.c_fwd_max);
+
+    ActivationShape shape;
+    shape.cp = W;
+    shape.layers = L;
+    shape.kv_heads = m.kv_heads;
+    shape.local_tokens = s;
+    shape.head_dim = m.head_dim;
+    shape.element_size = e;
+    const int64_t per_layer =
+        s * (2 * m.hidden * e + 2 * m.heads * m.head_dim * e + 2 * m.kv_heads * m.head_dim * e + 4 * m.heads);
+    EXPECT_EQ(c.peak_activation_bytes, L * per_layer + t->peak_activation_bytes(shape));
+    if (W == 1) {
+      EXPECT_EQ(c.bytes_per_rank, 0);
+      EXPECT_EQ(c.exposed_comm_s, 0.0);
+    }
+  }
+}
+
+// The forward's share of the shipped transports' bytes (transport.hpp): both send the W-1 other K/V
+// blocks in the input dtype. Any registered transport: 0 <= forward <= all, nothing at W = 1.
+TEST(PlanTransports, ForwardBytesPerCall) {
+  const int64_t kv = 2 * 2 * 8 * 1024 * 128 * 2;  // B = 2, Hkv = 8, S = 1024, D = 128, bf16
+  for (int64_t W : {1, 2, 8}) {
+    EXPECT_EQ(make_transport("ring")->forward_bytes_per_call(W, 2, 8, 1024, 128, 2), (W - 1) * kv);
+    EXPECT_EQ(make_transport("allgather")->forward_bytes_per_call(W, 2, 8, 1024, 128, 2), (W - 1) * kv);
+    for (const auto& n : known_transports()) {
+      const auto t = make_transport(n);
+      const int64_t fwd = t->forward_bytes_per_call(W, 2, 8, 1024, 128, 2);
+      EXPECT_GE(fwd, 0) << n;
+      EXPECT_LE(fwd, t->bytes_per_call(W, 2, 8, 1024, 128, 2)) << n;
+      if (W == 1) {
+        EXPECT_EQ(fwd, 0) << n;
+      }
+    }
+  }
+}
+
+// A transport registered under a new name is planned without touching the planner: the default plan
+// and the CLI cover exactly known_transports(), in registry order.
+TEST(PlanTransports, DefaultPlanCoversExactlyTheRegisteredTransports) {
+  plan::PlanRequest r = request("llama3-8b", 16384, {2, 4});
+  r.sharders = {"load_balanced", "contiguous"};
+  ASSERT_TRUE(r.transports.empty());  // the default: every registered transport
+  const plan::Plan p = plan::make_plan(r);
+  EXPECT_EQ(p.request.transports, known_transports());
+  std::vector<std::string> planned;
+  for (const auto& c : p.cases)
+    if (c.cp == 2 && c.sharder == "load_balanced") planned.push_back(c.transport);
+  EXPECT_EQ(planned, known_transports());
+  EXPECT_EQ(p.cases.size(), 2u * 2u * known_transports().size());
+  for (const auto& cr : p.recommendation.per_cp) EXPECT_EQ(cr.ranking.size(), 2u * known_transports().size());
+
+  const auto json = run_cpbench("plan --model llama3-8b --seq-len 16384 --cp 2 --sharders load_balanced --format json",
+                                " 2>/dev/null");
+  ASSERT_EQ(json.status, 0) << json.output;
+  std::vector<std::string> from_cli;
+  const nlohmann::json parsed = nlohmann::json::parse(json.output);
+  for (const auto& c : parsed["cases"]) from_cli.push_back(c["transport"]);
+  EXPECT_EQ(from_cli, known_transports());
+
+  const auto help = run_cpbench("plan --help");
+  std::string listed;
+  for (const auto& n : known_transports()) listed += (listed.empty() ? "" : ", ") + n;
+  EXPECT_NE(help.output.find("--transports"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find(listed), std::string::npos) << "help should list " << listed << ":\n" << help.output;
+}
+
+// Nothing in harness/planner names a transport in code: a string literal "<name>" of a registered
+// transport there would be a formula or a default the transport should own.
+TEST(PlanTransports, PlannerSourcesNameNoTransport) {
+  const std::filesystem::path dir = std::filesystem::path(CPBENCH_SOURCE_DIR) / "harness" / "planner";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    ++files;
+    for (const auto& n : known_transports())
+      EXPECT_EQ(text.str().find("\"" + n + "\""), std::string::npos)
+          << entry.path().filename().string() << " names transport \"" << n << "\"";
+  }
+  EXPECT_GT(files, 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Plans, JSON, recommendation
 // ---------------------------------------------------------------------------------------------------
 
@@ -256,7 +395,7 @@ TEST(PlanOutput, JsonHasTheDocumentedSchema) {
   const plan::Plan p = plan::make_plan(request("llama3-8b", 131072, {8, 16, 64}));
   const nlohmann::json j = plan::plan_to_json(p);
   ASSERT_TRUE(j.contains("cases") && j["cases"].is_array());
-  EXPECT_EQ(j["cases"].size(), 3u * 5u * 2u);  // W x default sharders x transports
+  EXPECT_EQ(j["cases"].size(), 3u * 5u * known_transports().size());  // W x default sharders x transports
   for (const auto& c : j["cases"]) {
     for (const char* k :
          {"sharder", "transport", "cp", "imbalance", "attention_flops_per_rank", "bytes_per_rank", "predicted_step_s",
@@ -321,7 +460,7 @@ TEST(PlanOutput, PlansAreFastEnoughToRunInUnitTests) {
   r.doc_lens = plan::draw_documents("lognormal:mean=4096,sigma=1,seed=1", 262144);
   r.mask = "document";
   const plan::Plan p = plan::make_plan(r);
-  EXPECT_EQ(p.cases.size(), 10u);
+  EXPECT_EQ(p.cases.size(), 5u * known_transports().size());  // default sharders x transports
   EXPECT_LE(find_case(p, "workload_balanced", "ring", 1024).imbalance,
             find_case(p, "load_balanced", "ring", 1024).imbalance);
 }
@@ -477,7 +616,7 @@ TEST(PlanInputs, PresetsAndExplicitShapes) {
   o.cps = {2};
   const auto r = plan_request_from_options(o);
   EXPECT_EQ(r.model.head_dim, 32);  // hidden / heads
-  EXPECT_EQ(plan::make_plan(r).cases.size(), 10u);
+  EXPECT_EQ(plan::make_plan(r).cases.size(), 5u * known_transports().size());
   for (const auto& c : plan::cluster_presets()) {
     EXPECT_GT(c.attention_flops, 0) << c.name;
     EXPECT_EQ(c.gpus_per_node, 8) << c.name;

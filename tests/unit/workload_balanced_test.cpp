@@ -34,8 +34,8 @@ LayoutRequest request(int64_t W, int64_t S, std::vector<int64_t> docs = {}, std:
 
 // max/mean of each rank's visible (q, k) pairs under `mask` (sharders/mask_area.hpp).
 double imbalance(const GlobalLayout& g, const std::vector<int64_t>& docs, const std::string& mask) {
-  const auto m = mask_area::Mask::parse(mask);
-  const auto a = mask_area::rank_areas(g, mask_area::stream_of(g, docs), m);
+  const auto m = MaskSpec::parse(mask);
+  const auto a = mask_area::rank_areas(g, stream_of(g, docs), m);
   const double mean =
       static_cast<double>(std::accumulate(a.begin(), a.end(), int64_t{0})) / static_cast<double>(a.size());
   return static_cast<double>(*std::max_element(a.begin(), a.end())) / mean;

@@ -1,0 +1,150 @@
+#include "harness/planner/cost_model.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::plan {
+
+namespace {
+
+double max_over_mean(const std::vector<double>& v) {
+  if (v.empty()) return 1;
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  return mean > 0 ? *std::max_element(v.begin(), v.end()) / mean : 1.0;
+}
+
+// What each layer saves for the backward whatever the transport (docs/planner.md, item 9): the layer
+// input and the attention block's normed input, q, k, v, the output and the fp32 log-sum-exp. The
+// transport adds its own buffers (Transport::peak_activation_bytes).
+int64_t layer_activation_bytes(const ModelShape& m, int64_t s, int64_t e) {
+  return s * (2 * m.hidden * e + 2 * m.heads * m.head_dim * e + 2 * m.kv_heads * m.head_dim * e + 4 * m.heads);
+}
+
+}  // namespace
+
+const StreamCache::Entry& StreamCache::get(const GlobalLayout& g, const std::vector<int64_t>& docs,
+                                           const MaskSpec& mask) {
+  if (!g.cu_seqlens_padded.empty()) {
+    packed_ = make(g, docs, mask);
+    return packed_;
+  }
+  auto it = unpacked_.find(g.padded_seq_len);
+  if (it == unpacked_.end()) it = unpacked_.emplace(g.padded_seq_len, make(g, docs, mask)).first;
+  return it->second;
+}
+
+StreamCache::Entry StreamCache::make(const GlobalLayout& g, const std::vector<int64_t>& docs,
+                                     const MaskSpec& mask) {
+  Entry e{stream_of(g, docs), {}};
+  e.visible = mask_area::visible_per_position(e.stream, mask);
+  return e;
+}
+
+LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
+                       const MaskSpec& mask, Kernel kernel, StreamCache& cache) {
+  LayoutWork w;
+  LayoutRequest req;
+  req.cp = W;
+  req.seq_len = seq_len;
+  req.doc_lens = docs;
+  req.mask = mask;
+  GlobalLayout g;
+  try {
+    g = layout.compute(req);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  const StreamCache::Entry& e = cache.get(g, docs, mask);
+  w.P = g.padded_seq_len;
+  w.s = g.local_len();
+  w.pairs = mask_area::rank_areas(g, e.visible);
+  w.local_pairs = mask_area::local_block_areas(g, e.stream, mask);
+  w.segments = mask_area::rank_segments(g, e.stream);
+  if (kernel == Kernel::blocks) w.blocks = mask_area::nonempty_blocks(g, e.stream, mask);
+  return w;
+}
+
+PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w, const std::string& sharder,
+                   const std::string& transport, int64_t W, double ideal_s) {
+  PlanCase c;
+  c.sharder = sharder;
+  c.transport = transport;
+  c.cp = W;
+  c.ideal_s = ideal_s;
+  const ModelShape& m = r.model;
+  const double L = static_cast<double>(m.layers);
+  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);  // FLOPs per visible pair, fwd
+  const double F = r.cluster.attention_flops;
+  c.padded_seq_len = w.P;
+  c.local_tokens = w.s;
+  const double s2 = static_cast<double>(w.s) * static_cast<double>(w.s);
+  std::vector<double> work(w.pairs.size()), c_fwd(w.pairs.size()), c_local(w.pairs.size());
+  for (size_t i = 0; i < w.pairs.size(); ++i) {
+    c.attention_flops_per_rank.push_back(L * unit * static_cast<double>(w.pairs[i]));
+    const bool blocks = r.kernel == Kernel::blocks;
+    work[i] = blocks ? static_cast<double>(w.blocks[i]) * s2 : static_cast<double>(w.pairs[i]);
+    const double local = blocks ? (w.local_pairs[i] > 0 ? s2 : 0.0) : static_cast<double>(w.local_pairs[i]);
+    c_fwd[i] = unit * work[i] / F;
+    c_local[i] = unit * local / F;
+  }
+  c.imbalance = max_over_mean(c.attention_flops_per_rank);
+  c.compute_imbalance = max_over_mean(work);
+  const double c_max = *std::max_element(c_fwd.begin(), c_fwd.end());
+
+  // Bytes, time and the transport's own memory are the transport's formulas; the planner only feeds
+  // them this case's shapes, link and compute.
+  const auto t = make_transport(transport);
+  const int64_t e = element_size;
+  const int64_t call_bytes = t->bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
+  const int64_t fwd_bytes = t->forward_bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
+  CP_CHECK(fwd_bytes >= 0 && call_bytes >= fwd_bytes, "planner: transport ", transport, " reports ", call_bytes,
+           " bytes per call, less than its forward traffic ", fwd_bytes);
+  CallCostInputs in;
+  in.cp = W;
+  in.c_fwd_max = c_max;
+  in.fwd_bytes = static_cast<double>(fwd_bytes);
+  in.bwd_bytes = static_cast<double>(call_bytes - fwd_bytes);
+  in.bandwidth = W <= r.cluster.gpus_per_node ? r.cluster.intra_bandwidth : r.cluster.inter_bandwidth;
+  in.latency_s = r.cluster.latency_s;
+  in.c_fwd = c_fwd;
+  in.c_local = c_local;
+  const CallTime ct = t->time_per_call(in);
+  c.bytes_per_rank = m.layers * call_bytes;
+  c.compute_s = L * kStepFactor * c_max;
+  c.transfer_s = L * ct.transfer_s;
+  c.exposed_comm_s = L * ct.exposed_s;
+  c.predicted_step_s = L * ct.step_s;
+  c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
+  c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
+  ActivationShape shape;
+  shape.cp = W;
+  shape.layers = m.layers;
+  shape.kv_heads = m.kv_heads;
+  shape.local_tokens = w.s;
+  shape.head_dim = m.head_dim;
+  shape.element_size = e;
+  c.peak_activation_bytes = m.layers * layer_activation_bytes(m, w.s, e) + t->peak_activation_bytes(shape);
+  c.fits_memory = r.cluster.memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= r.cluster.memory_bytes;
+  return c;
+}
+
+CallTime call_time(const std::string& transport, int64_t cp, double c_fwd_max, double fwd_bytes, double bwd_bytes,
+                   double bandwidth, double latency_s, const std::vector<double>& c_fwd,
+                   const std::vector<double>& c_local) {
+  CallCostInputs in;
+  in.cp = cp;
+  in.c_fwd_max = c_fwd_max;
+  in.fwd_bytes = fwd_bytes;
+  in.bwd_bytes = bwd_bytes;
+  in.bandwidth = bandwidth;
+  in.latency_s = latency_s;
+  in.c_fwd = c_fwd;
+  in.c_local = c_local;
+  return make_transport(transport)->time_per_call(in);
+}
+
+}  // namespace cpbench::plan

@@ -1,0 +1,66 @@
+#pragma once
+// The planner's cost model (docs/planner.md, "The cost model"): per (layout, W) the work of every rank,
+// counted with the layout code the runner shards with (sharders/) under the transports' mask semantics
+// (sharders/mask_area.hpp); per transport, the bytes, time and activation memory that the transport's
+// own formulas give (kernels/transports/transport.hpp: bytes_per_call, forward_bytes_per_call,
+// time_per_call, peak_activation_bytes). This file names no transport: it asks the one it is given.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/planner/plan_types.hpp"
+#include "kernels/transports/transport.hpp"
+#include "sharders/layout.hpp"
+#include "sharders/mask_area.hpp"
+
+namespace cpbench::plan {
+
+// Per (sharder, W): the layout and its work per rank, shared by every transport. Per rank r:
+// pairs[r] visible (q, k) pairs of its queries, local_pairs[r] those against its own keys, blocks[r]
+// non-empty (local queries x one rank's keys) blocks (Kernel::blocks only), segments[r] contiguous
+// one-document runs. P = padded length, s = local tokens.
+struct LayoutWork {
+  int64_t P = 0, s = 0;
+  std::vector<int64_t> pairs, local_pairs, blocks, segments;
+};
+
+// Unpacked layouts at one W often pad to the same length and then share the stream and its
+// per-position visible counts; building them is most of a case's cost at 1M tokens. One cache per W.
+class StreamCache {
+ public:
+  struct Entry {
+    Stream stream;
+    std::vector<int64_t> visible;
+  };
+  const Entry& get(const GlobalLayout& g, const std::vector<int64_t>& docs, const MaskSpec& mask);
+
+ private:
+  static Entry make(const GlobalLayout& g, const std::vector<int64_t>& docs, const MaskSpec& mask);
+  std::map<int64_t, Entry> unpacked_;
+  Entry packed_;
+};
+
+// The layout at W over a row of seq_len tokens with documents `docs` and its work per rank. A layout
+// that rejects the request throws UsageError.
+[[nodiscard]] LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
+                                     const MaskSpec& mask, Kernel kernel,
+                                     StreamCache& cache);
+
+// One case: `sharder`'s work `w` at W moved and timed by `transport` (a registered name), for the
+// request's model, cluster and kernel model; element_size = bytes per K/V element of the request's
+// dtype; ideal_s = the unsharded step time / W. Leaves `rank` at 0 (the recommendation ranks).
+[[nodiscard]] PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w,
+                                 const std::string& sharder, const std::string& transport, int64_t W, double ideal_s);
+
+// The exposed-communication estimate of one attention call by `transport` (a registered name; unknown:
+// UsageError listing the known ones): its time_per_call with the slowest rank's forward compute
+// `c_fwd_max` (s), forward / backward bytes sent per rank, bandwidth (B/s), latency (s) and each
+// rank's forward compute and local-block forward compute (may be empty, see CallCostInputs).
+// step_s includes the kStepFactor (3.5) * compute.
+using cpbench::CallTime;
+[[nodiscard]] CallTime call_time(const std::string& transport, int64_t cp, double c_fwd_max, double fwd_bytes,
+                                 double bwd_bytes, double bandwidth, double latency_s,
+                                 const std::vector<double>& c_fwd = {}, const std::vector<double>& c_local = {});
+
+}  // namespace cpbench::plan

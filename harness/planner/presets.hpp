@@ -1,0 +1,45 @@
+#pragma once
+// The planner's named inputs: model shapes, clusters, kernel models and dtype sizes. Unknown names
+// throw cpbench::UsageError naming the flag and listing the known ones.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cpbench::plan {
+
+// Attention dimensions of a model.
+struct ModelShape {
+  std::string name = "custom";
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+// One GPU type and its links. attention_flops is the achieved forward attention FLOP/s of the kernel
+// (fwd + bwd take kStepFactor = 3.5x the forward time); bandwidths are per GPU and direction.
+struct Cluster {
+  std::string name = "custom";
+  double attention_flops = 0;  // FLOP/s
+  double intra_bandwidth = 0;  // B/s, inside a node (NVLink)
+  double inter_bandwidth = 0;  // B/s, between nodes
+  double latency_s = 0;        // per message
+  int64_t gpus_per_node = 8;
+  double memory_bytes = 0;  // device memory (0 = unknown, not checked)
+  std::string description;
+};
+
+[[nodiscard]] const std::vector<ModelShape>& model_presets();
+[[nodiscard]] const std::vector<Cluster>& cluster_presets();
+// Also accepts cpbench's own test models ("tiny", "small"). Unknown names: UsageError listing them.
+[[nodiscard]] ModelShape model_preset(const std::string& name);
+[[nodiscard]] Cluster cluster_preset(const std::string& name);
+
+// How attention time follows the mask. pairs: time ~ visible pairs (FlashAttention-style kernels that
+// skip masked tiles). blocks: every (local queries x one rank's keys) block with any visible pair is
+// computed in full (cpbench's own CPU transports).
+enum class Kernel { pairs, blocks };
+[[nodiscard]] Kernel parse_kernel(const std::string& text);
+[[nodiscard]] std::string to_string(Kernel kernel);
+
+// Element size of a dtype name: bf16/bfloat16, fp16/float16 -> 2, fp32/float32 -> 4, fp64/float64 -> 8.
+[[nodiscard]] int64_t dtype_size(const std::string& dtype);
+
+}  // namespace cpbench::plan
