@@ -906,4 +906,9 @@ std::string calibration_to_text(const Calibration& c) {
   return os.str();
 }
 
+int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp, int64_t element_size,
+                                   const std::string& transport) {
+  return peak_activation_bytes(model, local_tokens, cp, element_size, transport);
+}
+
 }  // namespace cpbench::plan

@@ -160,6 +160,13 @@ struct Calibration {
 [[nodiscard]] nlohmann::json calibration_to_json(const Calibration& calibration);
 [[nodiscard]] std::string calibration_to_text(const Calibration& calibration);
 
+// Peak attention-path activation bytes of one rank for one sequence row (batch 1) of `local_tokens`
+// tokens at CP size `cp`, element size `element_size`: the formula behind
+// PlanCase::peak_activation_bytes (docs/planner.md, item 9). Admission control (harness/runner/
+// admission.hpp) reuses it, so the planner and the refusal to start a run agree.
+[[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
+                                                 int64_t element_size, const std::string& transport);
+
 // The planner's exposed-communication estimate for one attention call, from per-call quantities:
 // slowest rank's forward compute `c_fwd_max` (s), forward / backward bytes sent per rank, each rank's
 // forward compute and local-block forward compute (allgather; may be empty: then c_fwd_max and
