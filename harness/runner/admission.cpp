@@ -92,14 +92,17 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   if (reference_rank) {
     add("reference attention (S x S)", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
         L * B * S * S * (1 + 2 * Hq * e) + B * Hq * S * S * e);
-    add("reference activations", driver({{"batch.seq_len", rs}, {"model.ffn", rf}, {"model.hidden", rh}}),
+    add("reference activations", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
         L * B * S * (4 * H + 3 * F) * e);
-    add("reference logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}}), 3 * B * S * V * e);
+    add("reference logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}), 3 * B * S * V * e);
   }
-  add("block scores", driver({{"batch.seq_len", rs * rs}, {"model.heads", rq}}), 3 * B * Hq * sl * sl * ge);
-  add("layer activations", driver({{"batch.seq_len", rs}, {"model.ffn", rf}, {"model.hidden", rh}}),
+  const std::string tokens = driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}});
+  add("block scores", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
+      3 * B * Hq * sl * sl * ge);
+  add("layer activations", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
       L * B * sl * (3 * F + 4 * H) * e);
-  add("logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}}), 3 * B * sl * V * e + 2 * B * S * V * e);
+  add("logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}),
+      3 * B * sl * V * e + 2 * B * S * V * e);
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).
   const double attention_guess = L * sl * (4 * H + 4 * Hkv * D + 4 * Hq) * e + W * 4 * Hkv * sl * D * ge;
   if (m.total < kSafeForIntegerFormulas && attention_guess * B < kSafeForIntegerFormulas) {
@@ -110,13 +113,13 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
     shape.kv_heads = md.kv_heads;
     shape.head_dim = md.head_dim();
     const auto sl_i = static_cast<int64_t>(sl), e_i = static_cast<int64_t>(e);
-    add("attention activations (planner)", "batch.seq_len",
+    add("attention activations (planner)", tokens,
         B * static_cast<double>(plan::attention_activation_bytes(shape, sl_i, c.cp, e_i, c.transport)));
-    add("communication buffers", "batch.seq_len",
+    add("communication buffers", tokens,
         static_cast<double>(make_transport(c.transport)
                                 ->bytes_per_call(c.cp, s.batch.batch_size, md.kv_heads, sl_i, md.head_dim(), e_i)));
   } else {
-    add("attention activations and communication", "batch.seq_len", B * attention_guess);
+    add("attention activations and communication", tokens, B * attention_guess);
   }
   return m;
 }
@@ -199,16 +202,7 @@ void admit(const ScenarioSpec& s, const std::vector<CaseSpec>& cases, const Host
   for (const auto& c : cases) {
     if (joined && job_world_size > 0 && c.world_size() != job_world_size) continue;  // skipped there
     const std::string head = s.file + ": case " + c.name() + ": ";
-    // 1. Absurd sizes: one term alone beyond the machine's physical memory.
-    const RankMemory rank = estimate_rank_memory(s, c, l.runtime_bytes, true);
-    const MemoryTerm* big = rank.largest_keyed();
-    if (big && big->bytes > l.total_bytes) {
-      refuse(s.file + ": " + big->key + ": " + key_value(s, big->key) + " is too large for this machine: the " +
-             big->what + " alone needs ~" + format_bytes(big->bytes) + " per rank, the machine has " +
-             format_bytes(l.total_bytes) + " (MemTotal); " + across);
-      continue;
-    }
-    // 2. The local-rank cap (spawned mode: the whole case runs here).
+    // 1. The local-rank cap (first: a mistyped cp must be named as such) (spawned mode: the whole case runs here).
     // In double: cp x dp of a mistyped scenario may not fit in an int64.
     const double spawned = static_cast<double>(c.cp) * static_cast<double>(c.dp);
     const int64_t here = joined ? local_ranks : (spawned > 1e15 ? int64_t{1} << 50 : c.world_size());
@@ -220,6 +214,15 @@ void admit(const ScenarioSpec& s, const std::vector<CaseSpec>& cases, const Host
              std::to_string(l.max_local_ranks) + " (" + l.cap_origin +
              "; --max-local-ranks or CPBENCH_MAX_LOCAL_RANKS changes it); " +
              (fit > 0 ? "cp <= " + std::to_string(fit) + " fits here; " : "") + across);
+      continue;
+    }
+    // 2. Absurd sizes: one term alone beyond the machine's physical memory.
+    const RankMemory rank = estimate_rank_memory(s, c, l.runtime_bytes, true);
+    const MemoryTerm* big = rank.largest_keyed();
+    if (big && big->bytes > l.total_bytes) {
+      refuse(s.file + ": " + big->key + ": " + key_value(s, big->key) + " is too large for this machine: the " +
+             big->what + " alone needs ~" + format_bytes(big->bytes) + " per rank, the machine has " +
+             format_bytes(l.total_bytes) + " (MemTotal); " + across);
       continue;
     }
     // 3. Memory of the local ranks together.

@@ -2,11 +2,11 @@
 // Admission control for `cpbench run`: before any rank is spawned, refuse (UsageError, one line, exit
 // 2) work that cannot run on this machine, instead of starting it and letting the machine run out of
 // memory or processes. README "Limits" lists what is checked; in short, for every case:
-//   1. absurd sizes: one term of a rank's memory (below) alone exceeds the machine's physical memory
+//   1. the local-rank cap: a spawned case starts cp x dp rank processes at once on this machine; more
+//      than HostLimits::max_local_ranks is refused.
+//   2. absurd sizes: one term of a rank's memory (below) alone exceeds the machine's physical memory
 //      (MemTotal); the message names the scenario key that drives it (batch.seq_len, model.vocab,
 //      model.hidden, ...).
-//   2. the local-rank cap: a spawned case starts cp x dp rank processes at once on this machine; more
-//      than HostLimits::max_local_ranks is refused.
 //   3. memory: the case's local ranks together must fit in MemAvailable.
 // Refusals say what would fit here (the largest cp of that case) and that larger W runs under
 // torchrun or SLURM across nodes.
