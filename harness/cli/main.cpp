@@ -1,5 +1,7 @@
 // cpbench command line. Parses argv (CLI11) into plain option structs and calls the library; every
-// error becomes one readable line on stderr: exit 2 for bad input, 1 for a failed run.
+// error becomes one readable line on stderr. Exit statuses (README "Exit codes"): 0 ok, 1 a failed
+// case or a regression, 2 bad input or refused admission, 3 nothing ran, 4 compare inconclusive,
+// 130 SIGINT.
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -41,13 +43,13 @@ cpbench::Report load_report(const std::string& path) {
   }
 }
 
-int run_compare(const std::string& base_path, const std::string& new_path, double threshold_pct) {
+int run_compare(const std::string& base_path, const std::string& new_path, double threshold_pct, double max_noise_pct) {
   const cpbench::Report base = load_report(base_path), next = load_report(new_path);
   if (base.partial) std::cerr << "cpbench compare: warning: " << base_path << " is a partial report\n";
   if (next.partial) std::cerr << "cpbench compare: warning: " << new_path << " is a partial report\n";
-  const auto c = cpbench::compare_reports(base, next, threshold_pct / 100.0);
-  std::cout << cpbench::comparison_table(c, threshold_pct / 100.0);
-  return c.regressed() ? 1 : 0;
+  const auto c = cpbench::compare_reports(base, next, threshold_pct / 100.0, max_noise_pct / 100.0);
+  std::cout << cpbench::comparison_table(c, threshold_pct / 100.0, max_noise_pct / 100.0);
+  return c.exit_status();
 }
 
 }  // namespace
@@ -79,14 +81,23 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--out", run_opts.out_dir, "output directory for the reports")->envname("CPBENCH_OUT");
   run_cmd->add_option("--filter", run_opts.filter, "only cases whose name matches this regex")->envname("CPBENCH_FILTER");
   run_cmd->add_option("-a,--axis", run_opts.overrides, "override a sweep axis, e.g. -a cp=[2,4] -a sharder=thd");
+  run_cmd->add_flag("--allow-skips", run_opts.allow_skips, "exit 0 (not 3) when every case was skipped");
+  run_cmd->add_option("--max-local-ranks", run_opts.max_local_ranks,
+                      "most rank processes one case may start on this machine (default 4 x cores)")
+      ->envname("CPBENCH_MAX_LOCAL_RANKS")
+      ->check(CLI::PositiveNumber);
 
   std::string compare_base, compare_new;
-  double compare_threshold = 5.0;
+  double compare_threshold = 5.0, compare_max_noise = cpbench::kDefaultMaxNoise * 100;
   auto* compare_cmd = app.add_subcommand("compare", "compare two report.json files; exit 1 on a regression");
   compare_cmd->add_option("base", compare_base, "baseline report.json")->required();
   compare_cmd->add_option("new", compare_new, "new report.json")->required();
   compare_cmd->add_option("--threshold", compare_threshold, "allowed throughput drop in percent (default 5)")
       ->check(CLI::Range(0.0, 100.0));
+  compare_cmd->add_option("--max-noise", compare_max_noise,
+                          "largest measured spread accepted as noise, in percent (default 25); noisier cases are "
+                          "inconclusive (exit 4)")
+      ->check(CLI::Range(0.0, 1000.0));
 
   cpbench::RankCommandOptions rank_opts;
   auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
@@ -109,7 +120,7 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);
-    if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold);
+    if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold, compare_max_noise);
   } catch (const cpbench::UsageError& e) {
     std::cerr << "cpbench: " << e.what() << "\n";
     return 2;

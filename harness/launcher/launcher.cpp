@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +22,82 @@ extern char** environ;
 
 namespace cpbench::comm {
 
+namespace {
+
+// Process groups of the launches in progress, for kill_running_ranks() (a signal handler cannot take
+// a lock, hence fixed slots of lock-free atomics; 0 = free).
+std::array<std::atomic<pid_t>, 16> g_rank_groups{};
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<pid_t>::is_always_lock_free);
+
+// Registers a launch's process group while it lives and kills whatever is left of it on destruction,
+// so an exception or early return cannot leave ranks behind.
+class RankGroup {
+ public:
+  RankGroup() = default;
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+  ~RankGroup() {
+    if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
+    release();
+  }
+  // Every rank was reaped: forget the group without signalling it (its id may be reused).
+  void release() {
+    if (slot_) slot_->store(0);
+    slot_ = nullptr;
+    pgid_ = 0;
+  }
+  [[nodiscard]] pid_t pgid() const { return pgid_; }
+  void set(pid_t pgid) {
+    pgid_ = pgid;
+    for (auto& s : g_rank_groups) {
+      pid_t expected = 0;
+      if (s.compare_exchange_strong(expected, pgid)) {
+        slot_ = &s;
+        break;
+      }
+    }
+    // No free slot (more than 16 launches at once in one process): the group is still killed on
+    // every exit path of launch(), only not from a signal handler.
+  }
+  void kill() const {
+    if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
+  }
+
+ private:
+  pid_t pgid_ = 0;
+  std::atomic<pid_t>* slot_ = nullptr;
+};
+
+// fork + exec with the child tied to the launcher: everything here after fork() is async-signal-safe
+// (the parent has LibTorch's threads). `pgid` 0 = lead a new group. Returns the pid, or -errno.
+pid_t spawn_rank(const char* path, char* const argv[], char* const envp[], pid_t pgid, pid_t launcher) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -errno;
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The launcher may have died before the request above: then we were already reparented.
+    if (::getppid() != launcher) ::_exit(127);
+    ::setpgid(0, pgid);
+    ::execve(path, argv, envp);
+    ::_exit(127);
+  }
+  // Also from the parent, so the group exists before fork() returns here either way (the usual
+  // double setpgid; the loser of the race gets EACCES or ESRCH, which is fine).
+  ::setpgid(pid, pgid == 0 ? pid : pgid);
+  return pid;
+}
+
+}  // namespace
+
+void kill_running_ranks() noexcept {
+  g_stop.store(true);
+  for (auto& s : g_rank_groups) {
+    const pid_t g = s.load();
+    if (g > 0) ::killpg(g, SIGKILL);
+  }
+}
+
 std::string RankExit::describe() const {
   std::ostringstream os;
   os << "rank " << rank;
@@ -31,6 +109,8 @@ std::string RankExit::describe() const {
     os << " exited with status " << exit_code;
   return os.str();
 }
+
+bool RankExit::ok() const { return !killed_by_launcher && !signaled && exit_code == 0; }
 
 bool LaunchResult::ok() const {
   for (const auto& r : ranks)
@@ -76,9 +156,23 @@ LaunchResult launch(const LaunchOptions& o) {
   LaunchResult result;
   result.master_port = o.master_port != 0 ? o.master_port : find_free_port();
 
+  // fork() cannot report a failed exec; check the usual failure up front.
+  if (::access(o.executable.c_str(), X_OK) != 0)
+    throw Error(detail::concat("cannot start rank 0 (", o.executable, "): ", std::strerror(errno)));
   std::vector<pid_t> pids(o.world_size, -1);
   result.ranks.resize(o.world_size);
+  RankGroup group;
+  const pid_t launcher = ::getpid();
+  std::vector<bool> done(o.world_size, false);
+  int running = 0;
   for (int r = 0; r < o.world_size; ++r) {
+    result.ranks[r].rank = r;
+    if (g_stop.load()) {
+      // Interrupted while starting: the rest never start; they count as stopped by the launcher.
+      done[r] = true;
+      result.ranks[r].killed_by_launcher = true;
+      continue;
+    }
     std::map<std::string, std::string> env;
     for (char** e = environ; *e; ++e) {
       std::string kv(*e);
@@ -102,22 +196,23 @@ LaunchResult launch(const LaunchOptions& o) {
     std::vector<char*> argv;
     for (auto& s : argv_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
-    pid_t pid = -1;
-    int rc = ::posix_spawn(&pid, o.executable.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) {
-      for (int k = 0; k < r; ++k) ::kill(pids[k], SIGKILL);
-      for (int k = 0; k < r; ++k) ::waitpid(pids[k], nullptr, 0);
-      throw Error(detail::concat("cannot start rank ", r, " (", o.executable, "): ", std::strerror(rc)));
+    const pid_t pid = spawn_rank(o.executable.c_str(), argv.data(), envp.data(), group.pgid(), launcher);
+    if (pid < 0) {
+      group.kill();
+      for (int k = 0; k < r; ++k)
+        if (pids[k] > 0) ::waitpid(pids[k], nullptr, 0);
+      throw Error(detail::concat("cannot start rank ", r, " (", o.executable, "): ", std::strerror(static_cast<int>(-pid))));
     }
+    if (group.pgid() == 0) group.set(pid);
+    // A stop requested before the group was registered missed it in the handler: act on it here.
+    if (g_stop.load()) group.kill();
     pids[r] = pid;
-    result.ranks[r].rank = r;
+    ++running;
   }
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   std::optional<clock::time_point> first_failure;
-  int running = o.world_size;
-  std::vector<bool> done(o.world_size, false);
   while (running > 0) {
     bool progressed = false;
     for (int r = 0; r < o.world_size; ++r) {
@@ -141,7 +236,8 @@ LaunchResult launch(const LaunchOptions& o) {
     const auto now = clock::now();
     const bool past_grace = first_failure && now - *first_failure > o.grace;
     const bool past_deadline = now - start > o.deadline;
-    if (running > 0 && (past_grace || past_deadline)) {
+    const bool stopping = g_stop.load();
+    if (running > 0 && (past_grace || past_deadline || stopping)) {
       for (int r = 0; r < o.world_size; ++r)
         if (!done[r]) {
           ::kill(pids[r], SIGKILL);
@@ -150,6 +246,7 @@ LaunchResult launch(const LaunchOptions& o) {
     }
     if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  group.release();
   return result;
 }
 

@@ -5,6 +5,14 @@
 // plus any extra environment. If a rank exits non-zero or is killed, the others get `grace` to fail on
 // their own (their collectives time out naming the missing peer) and are then killed; past `deadline`
 // every rank is killed. No child outlives launch(): no orphans.
+//
+// Ranks also die with the launcher when it cannot clean up (SIGKILL, crash, OOM kill): each child
+// asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG, then re-checks that the parent
+// is still the launcher, closing the race with a parent that died before the request). The signal
+// follows the launching *thread*, so launch() must run on a thread that outlives the ranks (it does:
+// it blocks until they end). The ranks of one launch() share their own process group (not the
+// caller's: a terminal's Ctrl-C reaches the launcher only), which launch() kills on every exit path
+// and kill_running_ranks() kills from a signal handler.
 #include <chrono>
 #include <map>
 #include <optional>
@@ -29,8 +37,8 @@ struct RankExit {
   int exit_code = 0;        // valid when !signaled
   bool signaled = false;
   int signal = 0;
-  bool killed_by_launcher = false;
-  [[nodiscard]] bool ok() const { return !signaled && exit_code == 0; }
+  bool killed_by_launcher = false;  // also set for a rank never started because a stop was requested
+  [[nodiscard]] bool ok() const;
   [[nodiscard]] std::string describe() const;
 };
 
@@ -44,7 +52,13 @@ struct LaunchResult {
 // A TCP port on loopback that was free a moment ago.
 [[nodiscard]] int find_free_port();
 
+// Throws cpbench::Error when a rank cannot be started (after killing the ones already started).
 [[nodiscard]] LaunchResult launch(const LaunchOptions& options);
+
+// SIGKILLs the process group of every launch() in progress and makes launches in progress or to come
+// in this process stop starting ranks (they return with the ranks marked killed_by_launcher).
+// Async-signal-safe: meant for SIGINT / SIGTERM handlers. Irreversible for the process's lifetime.
+void kill_running_ranks() noexcept;
 
 // This process's own executable path (/proc/self/exe).
 [[nodiscard]] std::string self_executable();

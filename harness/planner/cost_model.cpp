@@ -24,6 +24,23 @@ int64_t layer_activation_bytes(const ModelShape& m, int64_t s, int64_t e) {
 
 }  // namespace
 
+int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, int64_t cp, int64_t element_size,
+                                   const Transport& transport) {
+  ActivationShape shape;
+  shape.cp = cp;
+  shape.layers = m.layers;
+  shape.kv_heads = m.kv_heads;
+  shape.local_tokens = local_tokens;
+  shape.head_dim = m.head_dim;
+  shape.element_size = element_size;
+  return m.layers * layer_activation_bytes(m, local_tokens, element_size) + transport.peak_activation_bytes(shape);
+}
+
+int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, int64_t cp, int64_t element_size,
+                                   const std::string& transport) {
+  return attention_activation_bytes(m, local_tokens, cp, element_size, *make_transport(transport));
+}
+
 const StreamCache::Entry& StreamCache::get(const GlobalLayout& g, const std::vector<int64_t>& docs,
                                            const MaskSpec& mask) {
   if (!g.cu_seqlens_padded.empty()) {
@@ -120,14 +137,7 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.predicted_step_s = L * ct.step_s;
   c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
   c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
-  ActivationShape shape;
-  shape.cp = W;
-  shape.layers = m.layers;
-  shape.kv_heads = m.kv_heads;
-  shape.local_tokens = w.s;
-  shape.head_dim = m.head_dim;
-  shape.element_size = e;
-  c.peak_activation_bytes = m.layers * layer_activation_bytes(m, w.s, e) + t->peak_activation_bytes(shape);
+  c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t);
   c.fits_memory = r.cluster.memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= r.cluster.memory_bytes;
   return c;
 }

@@ -41,6 +41,16 @@ class StreamCache {
   Entry packed_;
 };
 
+// Peak attention-path activation bytes of one rank for one row (batch 1) of `local_tokens` tokens at
+// CP size `cp`, element size `element_size`, all layers: what each layer keeps for the backward plus
+// the transport's own buffers (docs/planner.md, item 9). PlanCase::peak_activation_bytes, and
+// admission control (harness/runner/admission.hpp), so the planner and the refusal to start agree.
+[[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
+                                                 int64_t element_size, const Transport& transport);
+// The same for a registered transport name.
+[[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
+                                                 int64_t element_size, const std::string& transport);
+
 // The layout at W over a row of seq_len tokens with documents `docs` and its work per rank. A layout
 // that rejects the request throws UsageError.
 [[nodiscard]] LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,

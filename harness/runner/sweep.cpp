@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -12,10 +13,12 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "sharders/core/version.hpp"
+#include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
 #include "harness/fs_util.hpp"
 #include "harness/launcher/launcher.hpp"
@@ -30,7 +33,14 @@ namespace cpbench {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted = true; }
+std::atomic<int> g_signal{0};
+// The ranks are in their own process group (a terminal's Ctrl-C does not reach them), so the
+// launcher stops them itself, at once; the sweep then writes its partial report.
+void on_signal(int sig) {
+  g_signal = sig;
+  g_interrupted = true;
+  comm::kill_running_ranks();
+}
 
 std::string result_path(const std::string& dir, int64_t index) { return dir + "/" + std::to_string(index) + ".json"; }
 std::string error_path(const std::string& dir, int64_t index, int rank) {
@@ -88,7 +98,8 @@ void progress_line(int64_t done, int64_t total, const RunResult& r, double elaps
 // Runs the given cases as one rank; rank 0 writes a result file per case. Returns non-zero after a
 // case threw (the other ranks' collectives may be out of step, so the rank stops there).
 int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cases, const comm::RankEnv& env,
-                      const std::string& results_dir, int64_t done_before, int64_t total, double elapsed_before) {
+                      const std::string& results_dir, int64_t done_before, int64_t total, double elapsed_before,
+                      int64_t* skipped = nullptr) {
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.world_size)));
   comm::RendezvousOptions ro;
   ro.master_addr = env.master_addr;
@@ -103,19 +114,11 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.store = comm::connect_store(ro);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = done_before;
-  // Fault injection for the robustness tests: CPBENCH_FAULT="crash|hang|throw:<case index>:<rank>".
-  std::string fault_kind;
-  int64_t fault_case = -1;
-  int fault_rank = -1;
-  if (const char* f = std::getenv("CPBENCH_FAULT")) {
-    std::string spec = f;
-    const auto a = spec.find(':'), b = spec.rfind(':');
-    if (a != std::string::npos && b != a) {
-      fault_kind = spec.substr(0, a);
-      fault_case = std::stoll(spec.substr(a + 1, b - a - 1));
-      fault_rank = std::stoi(spec.substr(b + 1));
-    }
-  }
+  const char* fault_env = std::getenv("CPBENCH_FAULT");
+  const FaultSpec fault = parse_fault(fault_env ? fault_env : "");
+  const std::string& fault_kind = fault.kind;
+  const int64_t fault_case = fault.case_index;
+  const int fault_rank = fault.rank;
   for (const auto& c : cases) {
     RunResult r;
     if (c.index == fault_case && env.rank == fault_rank) {
@@ -130,6 +133,7 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
         r = result_skeleton(spec, c);
         r.status = "skipped";
         r.reason = why;
+        if (skipped) ++*skipped;
       } else {
         r = run_case(spec, c, rt);
       }
@@ -174,7 +178,41 @@ RunResult failed_result(const ScenarioSpec& spec, const CaseSpec& c, const std::
   return r;
 }
 
+int exit_status(const Report& report, bool allow_skips) {
+  if (g_signal == SIGINT) return kExitInterrupted;
+  int64_t failed = 0, skipped = 0;
+  for (const auto& r : report.results) {
+    failed += r.status == "failed";
+    skipped += r.status == "skipped";
+  }
+  if (failed > 0 || report.partial) return kExitFailed;
+  if (!allow_skips && skipped == static_cast<int64_t>(report.results.size())) return kExitNothingRan;
+  return kExitOk;
+}
+
 }  // namespace
+
+FaultSpec parse_fault(const std::string& text) {
+  FaultSpec f;
+  if (text.empty()) return f;
+  const std::string what = "CPBENCH_FAULT=\"" + text +
+                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, CASE a case index and RANK a rank "
+                           "(a test hook, docs/scenarios.md)";
+  const auto a = text.find(':'), b = text.rfind(':');
+  CP_CHECK_USAGE(a != std::string::npos && b != a, what);
+  f.kind = text.substr(0, a);
+  CP_CHECK_USAGE(f.kind == "crash" || f.kind == "hang" || f.kind == "throw", what);
+  auto number = [&](const std::string& t, int64_t max) {
+    int64_t v = -1;
+    const bool digits = !t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (digits) v = std::stoll(t);
+    CP_CHECK_USAGE(digits && v <= max, what);
+    return v;
+  };
+  f.case_index = number(text.substr(a + 1, b - a - 1), std::numeric_limits<int64_t>::max());
+  f.rank = static_cast<int>(number(text.substr(b + 1), std::numeric_limits<int>::max()));
+  return f;
+}
 
 int rank_command(const RankCommandOptions& o) {
   auto env = comm::rank_env_from_environment();
@@ -194,6 +232,22 @@ int run_command(const RunOptions& o) {
   CP_CHECK_USAGE(!cases.empty(), o.scenario_file, ": no case matches --filter '", o.filter, "' (", spec.cases.size(),
                  " cases in the scenario, e.g. ", spec.cases.empty() ? "none" : spec.cases.front().name(), ")");
   const auto env = comm::rank_env_from_environment();
+  if (const char* f = std::getenv("CPBENCH_FAULT")) (void)parse_fault(f);  // bad values: exit 2 here, not in a rank
+
+  // Admission before anything is started or written (admission.hpp).
+  if (env) {
+    int64_t local = 1;
+    if (const char* lws = std::getenv("LOCAL_WORLD_SIZE")) {
+      try {
+        local = std::max<int64_t>(1, std::stoll(lws));
+      } catch (const std::exception&) {
+        throw UsageError(detail::concat("environment variable LOCAL_WORLD_SIZE=\"", lws, "\" is not an integer"));
+      }
+    }
+    admit(spec, cases, host_limits(), local, env->world_size);
+  } else {
+    admit(spec, cases, host_limits(o.max_local_ranks));
+  }
 
   try {
     fsu::make_dirs(o.out_dir);
@@ -219,8 +273,13 @@ int run_command(const RunOptions& o) {
       fsu::remove_tree(results_dir);
       fsu::make_dirs(results_dir);
     }
-    const int rc = run_cases_as_rank(spec, cases, *env, results_dir, 0, static_cast<int64_t>(cases.size()), 0);
-    if (env->rank != 0) return rc;
+    int64_t skipped = 0;
+    const int rc =
+        run_cases_as_rank(spec, cases, *env, results_dir, 0, static_cast<int64_t>(cases.size()), 0, &skipped);
+    // Ranks other than 0 know whether their cases ran or were skipped, not whether they passed.
+    if (env->rank != 0)
+      return rc != 0 ? kExitFailed
+                     : (!o.allow_skips && skipped == static_cast<int64_t>(cases.size()) ? kExitNothingRan : kExitOk);
     for (const auto& c : cases) {
       if (fsu::exists(result_path(results_dir, c.index)))
         report.results.push_back(run_result_from_json(read_json_file(result_path(results_dir, c.index))));
@@ -234,7 +293,7 @@ int run_command(const RunOptions& o) {
     fsu::remove_tree(results_dir);
     fsu::make_dirs(results_dir);
     struct sigaction sa {};
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     // Group by world size, keeping the scenario's order within a group.
@@ -315,12 +374,18 @@ int run_command(const RunOptions& o) {
   write_reports(report, o.out_dir);
 
   std::cout << summary_table(report);
-  int64_t failed = 0;
-  for (const auto& r : report.results) failed += r.status == "failed";
   std::cout << "reports: " << o.out_dir << "/report.json, " << o.out_dir << "/report.md, " << o.out_dir
             << "/report.html\n";
-  if (report.partial) return 130;
-  return failed == 0 ? 0 : 1;
+  if (g_signal == SIGTERM) {
+    // Report written and ranks gone: now end the way SIGTERM ends a process.
+    std::cout.flush();
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  }
+  const int status = exit_status(report, o.allow_skips);
+  if (status == kExitNothingRan)
+    std::cerr << "cpbench: nothing ran: every case was skipped (see the reasons above); --allow-skips makes this exit 0\n";
+  return status;
 }
 
 }  // namespace cpbench

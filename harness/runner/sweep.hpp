@@ -7,7 +7,13 @@
 // driver records it as failed (with each rank's message) and starts fresh processes for the rest.
 // Joined mode: when RANK / WORLD_SIZE are set (torchrun --no-python, SLURM), this process is one rank
 // of an existing job and runs every case of that world size in-process.
-// The report is rewritten after every case, marked partial until the sweep ends.
+// The report is rewritten after every case (atomically: a reader never sees half a file), marked
+// partial until the sweep ends. Before any rank starts, admission control (admission.hpp) refuses
+// work that cannot fit on this machine.
+//
+// Signals (spawned mode): SIGINT and SIGTERM kill the ranks' process group at once, the sweep stops
+// and writes its partial report; then SIGINT exits 130 and SIGTERM ends the process by SIGTERM.
+// A launcher killed outright (SIGKILL) takes its ranks with it (launcher.hpp).
 #include <string>
 #include <vector>
 
@@ -18,9 +24,18 @@ struct RunOptions {
   std::string out_dir = "cpbench-out";
   std::string filter;                  // regex on case names
   std::vector<std::string> overrides;  // -a key=[v1,v2]
+  bool allow_skips = false;            // a run where every case was skipped exits 0, not 3
+  int64_t max_local_ranks = 0;         // admission cap on rank processes per case; 0 = default
 };
 
-// Returns the process exit status: 0 iff every case met its expectation (skips allowed).
+// Process exit statuses of `cpbench run` (README "Exit codes"), spawned and joined alike.
+inline constexpr int kExitOk = 0;           // every case met its expectation (some may be skipped)
+inline constexpr int kExitFailed = 1;       // a case failed (or `compare` found a regression)
+inline constexpr int kExitUsage = 2;        // bad input, or admission refused the scenario
+inline constexpr int kExitNothingRan = 3;   // every case was skipped (unless allow_skips)
+inline constexpr int kExitInterrupted = 130;  // SIGINT
+
+// Returns the process exit status above. Throws UsageError for bad input or a refused admission.
 int run_command(const RunOptions& options);
 
 struct RankCommandOptions {
@@ -35,5 +50,15 @@ struct RankCommandOptions {
 
 // The hidden `_rank` subcommand: one rank of a spawned group.
 int rank_command(const RankCommandOptions& options);
+
+// The robustness tests' fault hook, CPBENCH_FAULT="KIND:CASE:RANK" with KIND crash (abort), hang
+// (sleep an hour) or throw (an Error), CASE a case index and RANK a global rank: that rank does KIND
+// when it reaches that case. Unset or empty: no fault. Anything else: UsageError naming the variable.
+struct FaultSpec {
+  std::string kind;  // "" = none
+  int64_t case_index = -1;
+  int rank = -1;
+};
+[[nodiscard]] FaultSpec parse_fault(const std::string& text);
 
 }  // namespace cpbench

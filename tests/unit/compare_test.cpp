@@ -1,5 +1,5 @@
-// The regression gate: noise-aware throughput threshold, ok->failed transitions, round-trip of the
-// report schema.
+// The regression gate: noise-aware (capped) throughput threshold, ok->failed/skipped/missing
+// transitions, inconclusive noisy runs, round-trip of the report schema.
 #include <gtest/gtest.h>
 
 #include "reports/compare.hpp"
@@ -59,9 +59,59 @@ TEST(Compare, PassedBeforeFailsNowIsARegressionAndFasterIsNot) {
   EXPECT_FALSE(compare_reports(base, faster, 0.05).regressed());
   Report other = report({result("c", 10, 0.0)});
   Comparison d = compare_reports(base, other, 0.05);
-  EXPECT_EQ(d.only_in_base.size(), 2u);
   EXPECT_EQ(d.only_in_new.size(), 1u);
+  ASSERT_EQ(d.cases.size(), 2u);
+  EXPECT_EQ(d.cases[0].new_status, "missing");
+  EXPECT_TRUE(d.regressed()) << "cases missing from the new report are lost coverage";
+}
+
+TEST(Compare, MissingCaseIsARegression) {
+  Report base = report({result("a", 1000, 0.01), result("b", 1000, 0.01)});
+  Report next = report({result("a", 1000, 0.01)});
+  Comparison c = compare_reports(base, next, 0.05);
+  EXPECT_TRUE(c.regressed());
+  EXPECT_EQ(c.exit_status(), 1);
+  EXPECT_NE(comparison_table(c, 0.05).find("b"), std::string::npos);
+  EXPECT_NE(comparison_table(c, 0.05).find("REGRESSION: missing from the new report"), std::string::npos);
+}
+
+TEST(Compare, OkToSkippedIsARegression) {
+  Report base = report({result("a", 1000, 0.01)});
+  RunResult skipped = result("a", 0, 0.0, "skipped");
+  skipped.reason = "device: cuda requested, but CUDA is not available here";
+  Comparison c = compare_reports(base, report({skipped}), 0.05);
+  EXPECT_TRUE(c.regressed());
+  EXPECT_NE(c.cases[0].why.find("ran before, skipped now: device: cuda"), std::string::npos) << c.cases[0].why;
+  // skipped -> skipped is not a regression: nothing was lost.
+  EXPECT_FALSE(compare_reports(report({skipped}), report({skipped}), 0.05).regressed());
+}
+
+TEST(Compare, NoiseAllowanceIsCapped) {
+  // A 40% spread must not hide a 30% drop: the allowance stops at --max-noise (25%).
+  Report noisy_base = report({result("a", 1000, 0.40)});
+  Report dropped = report({result("a", 700, 0.02)});
+  Comparison c = compare_reports(noisy_base, dropped, 0.05, 0.25);
+  EXPECT_TRUE(c.regressed());
+  EXPECT_NEAR(c.cases[0].allowed, 0.25, 1e-12);
+  EXPECT_EQ(c.exit_status(), 1);
+  // A 10% drop inside a 40% spread: cannot tell, so neither pass nor regression.
+  Comparison d = compare_reports(noisy_base, report({result("a", 900, 0.02)}), 0.05, 0.25);
   EXPECT_FALSE(d.regressed());
+  EXPECT_TRUE(d.inconclusive());
+  EXPECT_EQ(d.exit_status(), kCompareInconclusive);
+  EXPECT_NE(comparison_table(d, 0.05, 0.25).find("INCONCLUSIVE: spread 40.0% exceeds --max-noise 25.0%"),
+            std::string::npos)
+      << comparison_table(d, 0.05, 0.25);
+  // Spread within the cap still widens the allowance (the noise-aware gate).
+  Comparison e = compare_reports(report({result("a", 1000, 0.20)}), report({result("a", 850, 0.02)}), 0.05, 0.25);
+  EXPECT_FALSE(e.regressed());
+  EXPECT_FALSE(e.inconclusive());
+  EXPECT_EQ(e.exit_status(), 0);
+  // A regression wins over inconclusive cases.
+  Comparison f = compare_reports(report({result("a", 1000, 0.40), result("b", 1000, 0.01)}),
+                                 report({result("a", 900, 0.02), result("b", 500, 0.01)}), 0.05, 0.25);
+  EXPECT_TRUE(f.inconclusive());
+  EXPECT_EQ(f.exit_status(), 1);
 }
 
 TEST(ReportJson, RoundTripsEveryField) {
@@ -95,5 +145,24 @@ TEST(CompareCli, DoctoredReportWithHalvedThroughputFails) {
   EXPECT_EQ(run(base + " " + base), 0);
   EXPECT_EQ(run(base + " " + halved), 1);
   EXPECT_EQ(run(base + " /nonexistent.json"), 2);
+  // Noisy: every case's spread at 40% and throughput 10% lower -> inconclusive, its own status.
+  nlohmann::json noisy = read_json_file(base);
+  for (auto& r : noisy["results"])
+    if (r["metrics"].contains("tokens_per_s")) {
+      r["metrics"]["tokens_per_s"]["value"] = r["metrics"]["tokens_per_s"]["value"].get<double>() * 0.9;
+      r["metrics"]["tokens_per_s"]["spread"] = 0.4;
+    }
+  const std::string noisy_path = "/tmp/cpbench-compare-noisy-" + std::to_string(::getpid()) + ".json";
+  write_json_file(noisy_path, noisy);
+  EXPECT_EQ(run(base + " " + noisy_path), kCompareInconclusive);
+  EXPECT_EQ(run(base + " " + noisy_path + " --max-noise 50"), 0);
+  // A case dropped from the new report.
+  nlohmann::json fewer = read_json_file(base);
+  fewer["results"].erase(fewer["results"].begin());
+  const std::string fewer_path = "/tmp/cpbench-compare-fewer-" + std::to_string(::getpid()) + ".json";
+  write_json_file(fewer_path, fewer);
+  EXPECT_EQ(run(base + " " + fewer_path), 1);
   std::remove(halved.c_str());
+  std::remove(noisy_path.c_str());
+  std::remove(fewer_path.c_str());
 }
