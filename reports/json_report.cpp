@@ -20,9 +20,23 @@ json to_json(const RunResult& r) {
   if (!r.outcome.empty()) j["outcome"] = r.outcome;
   j["wall_s"] = r.wall_s;
   json errs = json::array();
-  for (const auto& e : r.errors)
-    errs.push_back({{"tensor", e.tensor}, {"max_abs", e.max_abs}, {"max_rel", e.max_rel}, {"tolerance", e.tolerance},
-                    {"ok", e.ok}, {"worst", e.worst}});
+  for (const auto& e : r.errors) {
+    json x = {{"tensor", e.tensor},   {"criterion", e.criterion},   {"step", e.step},         {"elements", e.elements},
+              {"mismatches", e.mismatches}, {"fraction", e.fraction()}, {"max_abs", e.max_abs}, {"max_rel", e.max_rel},
+              {"score", e.score},     {"ok", e.ok},                 {"worst", e.worst}};
+    if (e.criterion == "precision") {
+      x["k"] = e.k;
+      x["floor"] = e.floor;
+      x["quantile"] = e.quantile;
+      x["single_rank_max"] = e.single_rank_max;
+      x["single_rank_q"] = e.single_rank_q;
+      x["cp_q"] = e.cp_q;
+    } else {
+      x["rtol"] = e.rtol;
+      x["atol"] = e.atol;
+    }
+    errs.push_back(x);
+  }
   j["errors"] = errs;
   json metrics = json::object();
   for (const auto& m : r.metrics) metrics[m.name] = {{"value", m.value}, {"unit", m.unit}, {"spread", m.spread}};
@@ -45,9 +59,30 @@ RunResult run_result_from_json(const json& j) {
   r.reason = j.value("reason", "");
   r.outcome = j.value("outcome", "");
   r.wall_s = j.value("wall_s", 0.0);
-  for (const auto& e : j.value("errors", json::array()))
-    r.errors.push_back({e.value("tensor", ""), e.value("max_abs", 0.0), e.value("max_rel", 0.0),
-                        e.value("tolerance", 0.0), e.value("ok", false), e.value("worst", "")});
+  for (const auto& e : j.value("errors", json::array())) {
+    TensorError x;
+    x.tensor = e.value("tensor", "");
+    x.criterion = e.value("criterion", "");
+    x.step = e.value("step", "");
+    x.elements = e.value("elements", int64_t{0});
+    x.mismatches = e.value("mismatches", int64_t{0});
+    x.max_abs = e.value("max_abs", 0.0);
+    x.max_rel = e.value("max_rel", 0.0);
+    // Schema 1 had only max_rel against a flat tolerance on it.
+    x.score = e.contains("score") ? e.value("score", 0.0)
+                                  : (e.value("tolerance", 0.0) > 0 ? x.max_rel / e.value("tolerance", 0.0) : 0.0);
+    x.rtol = e.value("rtol", 0.0);
+    x.atol = e.value("atol", 0.0);
+    x.k = e.value("k", 0.0);
+    x.floor = e.value("floor", 0.0);
+    x.quantile = e.value("quantile", 0.0);
+    x.single_rank_max = e.value("single_rank_max", 0.0);
+    x.single_rank_q = e.value("single_rank_q", 0.0);
+    x.cp_q = e.value("cp_q", 0.0);
+    x.ok = e.value("ok", false);
+    x.worst = e.value("worst", "");
+    r.errors.push_back(x);
+  }
   const json metrics = j.value("metrics", json::object());  // items() must not outlive its json
   for (const auto& [name, m] : metrics.items())
     r.metrics.push_back({name, m.value("value", 0.0), m.value("unit", ""), m.value("spread", 0.0)});
@@ -88,8 +123,9 @@ Report report_from_json(const json& j) {
     throw std::runtime_error("not a cpbench report (missing \"schema\": \"cpbench-report\")");
   Report r;
   r.schema_version = j.value("schema_version", 0);
-  if (r.schema_version != 1)
-    throw std::runtime_error("unsupported report schema_version " + std::to_string(r.schema_version) + " (this cpbench reads 1)");
+  if (r.schema_version != 1 && r.schema_version != 2)
+    throw std::runtime_error("unsupported report schema_version " + std::to_string(r.schema_version) +
+                             " (this cpbench reads 1 and 2)");
   const auto sc = j.value("scenario", json::object());
   r.scenario_name = sc.value("name", "");
   r.scenario_file = sc.value("file", "");

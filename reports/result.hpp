@@ -16,14 +16,32 @@ struct Metric {
   double spread = 0;  // for timed metrics: (max - min) / median over the timed iterations; 0 otherwise
 };
 
-// The comparison of one tensor of the CP run against the single-rank reference.
+// The comparison of one tensor of the CP run against the single-rank reference (docs/correctness.md).
+//   elementwise (float64, float32; reference in the same dtype): element i mismatches when
+//     |cp_i - ref_i| > atol + rtol * |ref_i|, with atol = atol_scale * max|ref|.
+//   precision (bfloat16, float16; reference in float64): e_cp = |cp - ref64|, e_1 = |one rank in the
+//     case's dtype - ref64|; passes when max e_cp <= k max e_1 + floor and the q-quantile of e_cp
+//     <= k (q-quantile of e_1) + floor; an element mismatches when e_cp > k max e_1 + floor.
+// score: how far past its bound the tensor is (<= 1 passes): max over elements of error / bound
+// (elementwise), or the larger of the two ratios (precision).
 struct TensorError {
-  std::string tensor;      // "loss", "logits", "grad:inputs_embeds", "grad:layer0.wq", ...
-  double max_abs = 0;      // max |cp - ref|
-  double max_rel = 0;      // max |cp - ref| / max |ref|
-  double tolerance = 0;    // on max_rel
+  std::string tensor;           // "loss", "logits", "grad:inputs_embeds", "grad:layer0_wq", ...
+  std::string criterion;        // elementwise | precision
+  std::string step;             // first | last: the checked step this record comes from
+  int64_t elements = 0;         // compared elements
+  int64_t mismatches = 0;       // elements outside the bound
+  double max_abs = 0;           // max |cp - ref|
+  double max_rel = 0;           // max |cp - ref| / max |ref| (for scale; not the criterion)
+  double score = 0;             // error / bound at the worst element (<= 1 passes)
+  double rtol = 0, atol = 0;    // elementwise: the bound used (atol absolute)
+  double k = 0, floor = 0, quantile = 0;  // precision: the rule's constants
+  double single_rank_max = 0, single_rank_q = 0;  // precision: max and q-quantile of e_1
+  double cp_q = 0;              // precision: q-quantile of e_cp (its max is max_abs)
   bool ok = true;
-  std::string worst;       // "(b=0, s=17, h=3) owned by rank 1: cp=0.123 ref=0.456"
+  std::string worst;            // "(b=0, s=17, v=3) owned by rank 1: cp=0.123 ref=0.456 bound=1e-6"
+  [[nodiscard]] double fraction() const {
+    return elements > 0 ? static_cast<double>(mismatches) / static_cast<double>(elements) : 0.0;
+  }
 };
 
 struct RankStats {
@@ -62,7 +80,7 @@ struct Environment {
 };
 
 struct Report {
-  int schema_version = 1;
+  int schema_version = 2;  // 2: per-tensor criterion, mismatch counts, bounds (1 had max_rel/tolerance only)
   std::string scenario_name, scenario_file;
   Environment env;
   bool partial = false;       // true while running or after an interruption

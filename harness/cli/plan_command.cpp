@@ -34,7 +34,7 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--inter-bandwidth", o.inter_bandwidth, "inter-node bandwidth per GPU in B/s");
   cmd.add_option("--latency", o.latency, "per-message latency in seconds");
   cmd.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (ranks beyond it use the inter-node link)");
-  cmd.add_option("--sharders", o.sharders, "layouts to compare (default: all but local_only and sdpa_wrap)")
+  cmd.add_option("--sharders", o.sharders, "layouts to compare (default: every layout, without sdpa_wrap (load_balanced's layout) and the negative controls)")
       ->delimiter(',');
   std::string transports;
   for (const auto& t : known_transports()) transports += (transports.empty() ? "" : ", ") + t;

@@ -51,7 +51,8 @@ Resolved validate(PlanRequest& r) {
 
   if (r.sharders.empty())
     for (const auto& n : known_layouts())
-      if (n != "local_only" && n != "sdpa_wrap") r.sharders.push_back(n);
+      // sdpa_wrap is load_balanced's layout reached another way; the negative controls are wrong on purpose.
+      if (attention_routing(n) == AttentionRouting::transport) r.sharders.push_back(n);
   std::vector<std::string> canonical;
   for (const auto& n : r.sharders) {
     const std::string c_name = make_layout(n)->name();  // UsageError listing the known ones

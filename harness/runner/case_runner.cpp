@@ -11,6 +11,7 @@
 
 #include "harness/model/data.hpp"
 #include "harness/model/model.hpp"
+#include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/comm/communicator.hpp"
@@ -22,12 +23,6 @@
 #include "sharders/sharder.hpp"
 
 namespace cpbench {
-
-double tolerance_for(at::ScalarType dtype) {
-  if (dtype == at::kDouble) return 1e-10;
-  if (dtype == at::kFloat) return 1e-5;
-  return 2e-2;  // bfloat16
-}
 
 RunResult result_skeleton(const ScenarioSpec& s, const CaseSpec& c) {
   RunResult r;
@@ -80,57 +75,6 @@ int64_t peak_rss_bytes() {
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   return 0;
-}
-
-// Unravels a flat index of `shape` as "(b=.., s=.., x=..)" with the given axis names.
-std::string unravel(int64_t flat, at::IntArrayRef shape, const std::vector<std::string>& names) {
-  std::vector<int64_t> idx(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  std::string s = "(";
-  for (size_t d = 0; d < idx.size(); ++d) {
-    if (d) s += ", ";
-    s += (d < names.size() ? names[d] : "i" + std::to_string(d)) + "=" + std::to_string(idx[d]);
-  }
-  return s + ")";
-}
-
-// Compares cp against ref; `owner` (optional) maps (b, s) of [B, S, ...] tensors to the owning rank.
-TensorError compare(const std::string& name, const at::Tensor& cp_in, const at::Tensor& ref_in, double tol,
-                    const std::vector<std::string>& axis_names, const at::Tensor* owner) {
-  TensorError e;
-  e.tensor = name;
-  e.tolerance = tol;
-  at::Tensor cp = cp_in.detach().to(at::kCPU, at::kDouble), ref = ref_in.detach().to(at::kCPU, at::kDouble);
-  if (!cp.sizes().equals(ref.sizes())) {
-    e.ok = false;
-    e.max_abs = e.max_rel = INFINITY;
-    e.worst = "shape " + shape_str(cp.sizes()) + " differs from the reference's " + shape_str(ref.sizes());
-    return e;
-  }
-  at::Tensor diff = (cp - ref).abs();
-  const bool nan = at::isnan(cp).any().item<bool>();
-  if (nan) diff = at::where(at::isnan(diff), at::full_like(diff, INFINITY), diff);
-  const double scale = std::max(ref.abs().max().item<double>(), 1e-300);
-  const int64_t worst = diff.flatten().argmax().item<int64_t>();
-  e.max_abs = diff.flatten()[worst].item<double>();
-  e.max_rel = e.max_abs / scale;
-  e.ok = !nan && e.max_rel <= tol;
-  std::string where = unravel(worst, cp.sizes(), axis_names);
-  if (owner && cp.dim() >= 2) {
-    const int64_t S = cp.size(1);
-    const int64_t inner = cp.numel() / (cp.size(0) * S);
-    const int64_t bs = worst / inner;
-    const int64_t o = (*owner)[bs / S][bs % S].item<int64_t>();
-    where += o >= 0 ? " owned by rank " + std::to_string(o) : " (dropped by the shard)";
-  }
-  char buf[128];
-  std::snprintf(buf, sizeof buf, ": cp=%.10g ref=%.10g", cp.flatten()[worst].item<double>(),
-                ref.flatten()[worst].item<double>());
-  e.worst = where + buf;
-  return e;
 }
 
 // A parameter the forward did not use (the embedding when inputs_embeds is the primary) has no
@@ -233,30 +177,92 @@ struct Outputs {
   at::Tensor owner;                  // [B, S]: the CP rank owning each input position (-1: dropped)
 };
 
-// The unsharded batch on one rank (the first of each CP group), through plain masked attention.
-Outputs run_reference(CaseContext& x, double& seconds) {
-  nvtx::Range range{x.nvtx, "reference"};
-  const auto t = clock_type::now();
-  x.model->zero_grad();
-  const TokenMeta& m = x.data.reference_meta;
+// The unsharded batch on one rank (the first of each CP group) through `model`, with plain masked
+// attention.
+Outputs run_reference(const CaseContext& x, TinyTransformer& model, const GlobalData& data) {
+  model->zero_grad();
+  const TokenMeta& m = data.reference_meta;
   AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return local_attention(q, k, v, m, m, x.c.mask, x.scale);
   };
-  const Batch& b = x.data.batch;
+  const Batch& b = data.batch;
   at::Tensor embeds;
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
-  ModelOutput out = x.model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                     *b.position_ids, attn);
+  ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
+                                   *b.position_ids, attn);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;
   ref.loss = loss.detach();
   ref.logits = out.logits.detach();
   ref.x0_grad = out.x0.grad().detach();
-  for (auto& [name, p] : x.params) ref.grads.push_back(grad_or_zeros(p).detach().clone());
-  seconds = seconds_since(t);
+  for (const auto& p : model->parameters()) ref.grads.push_back(grad_or_zeros(p).detach().clone());
   return ref;
 }
+
+// What the CP step is judged against (docs/correctness.md). float64 / float32: the single-rank run in
+// the case's dtype (`exact`). bfloat16 / float16: a float64 reference (`exact`, the same rounded
+// parameters and inputs upcast) and the single-rank run in the case's dtype (`single`), whose error
+// against float64 is the precision's own.
+struct References {
+  Outputs exact, single;
+  double seconds = 0;
+};
+
+References run_references(CaseContext& x) {
+  nvtx::Range range{x.nvtx, "reference"};
+  const auto t = clock_type::now();
+  References r;
+  if (!judged_by_precision(x.c.dtype)) {
+    r.exact = run_reference(x, x.model, x.data);
+  } else {
+    r.single = run_reference(x, x.model, x.data);
+    TinyTransformer model64(x.s.model, at::kDouble, x.device);
+    {
+      at::NoGradGuard no_grad;
+      const auto lp = x.model->parameters();
+      const auto hp = model64->parameters();
+      for (size_t i = 0; i < hp.size(); ++i) hp[i].copy_(lp[i].to(at::kDouble));
+    }
+    GlobalData data64 = x.data;
+    if (data64.batch.inputs_embeds) data64.batch.inputs_embeds = data64.batch.inputs_embeds->to(at::kDouble);
+    r.exact = run_reference(x, model64, data64);
+  }
+  r.seconds = seconds_since(t);
+  return r;
+}
+
+// Negative controls' deliberate faults (AttentionRouting::perturbed / grad_dropped): a relative change
+// of one rank's attention output on a few tokens (forward), or the gradient of a few tokens' keys and
+// values never reaching their owner (backward only). Applied on the last CP rank.
+constexpr int64_t kControlTokens = 4;
+double perturbation(at::ScalarType dtype) {
+  // 1e-4 is far below what a sloppy check would notice in float32 / float64. In bfloat16 the rule's
+  // bound is twice the single-rank error, whose max over a 2048-token row is already a few percent of
+  // an attention output: 5e-2 on four tokens went unnoticed there (measured, docs/correctness.md), so
+  // the bf16 control moves them by 25%.
+  return judged_by_precision(dtype) ? 0.25 : 1e-4;
+}
+
+at::Tensor perturb_output(const at::Tensor& out, double eps) {
+  // out [B, H, S_local, D]: scale the first kControlTokens local tokens by (1 + eps).
+  const int64_t n = std::min<int64_t>(kControlTokens, out.size(2));
+  at::Tensor factor = at::ones({1, 1, out.size(2), 1}, out.options());
+  factor.narrow(2, 0, n).fill_(1.0 + eps);
+  return out * factor;
+}
+
+// Identity forward; backward zeroes the gradient of the first kControlTokens local tokens.
+class DropTokenGrad : public torch::autograd::Function<DropTokenGrad> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& t) { return t.view_as(t); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    at::Tensor g = grads[0].clone();
+    g.narrow(2, 0, std::min<int64_t>(kControlTokens, g.size(2))).zero_();
+    return {g};
+  }
+};
 
 // One CP training step: shard, forward through the case's attention routing, loss over the global
 // valid-token count, backward, parameter-gradient all-reduce over CP, gather. With `check`, also
@@ -310,6 +316,25 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
       case AttentionRouting::local_only:
         out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn);
         break;
+      case AttentionRouting::perturbed: {
+        const bool faulty = x.cp_rank == c.cp - 1;
+        const double eps = perturbation(c.dtype);
+        AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+          const at::Tensor o = x.transport->attend(q, k, v, ctx);
+          return faulty ? perturb_output(o, eps) : o;
+        };
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        break;
+      }
+      case AttentionRouting::grad_dropped: {
+        const bool faulty = x.cp_rank == c.cp - 1;
+        AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+          return faulty ? x.transport->attend(q, DropTokenGrad::apply(k), DropTokenGrad::apply(v), ctx)
+                        : x.transport->attend(q, k, v, ctx);
+        };
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        break;
+      }
     }
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);
@@ -358,40 +383,63 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
   return t;
 }
 
-// Compares the CP step's outputs with the reference (on the first rank of each CP group; the others
-// return nothing). With dp > 1 the replicas exchange their worst errors over the world group.
-std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got, const Outputs& ref) {
+// Compares the CP step's outputs with the references (on the first rank of each CP group; the others
+// return nothing), labelled with the step they come from. With dp > 1 the replicas exchange their
+// worst scores over the world group.
+std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got, const References& ref,
+                                       const char* step) {
   nvtx::Range range{x.nvtx, "check"};
-  const double tol = tolerance_for(x.c.dtype);
   std::vector<TensorError> errs;
   if (x.cp_rank == 0) {
+    const bool precision = judged_by_precision(x.c.dtype);
+    const ElementwiseBound bound = elementwise_bound(x.c.dtype);
+    const PrecisionRule rule;
     // Logits at padding positions are not part of the model's contract (the shard may drop them).
-    at::Tensor valid = x.data.batch.padding_mask->logical_not().unsqueeze(-1).to(at::kCPU);
-    at::Tensor cp_logits = got.logits.to(at::kCPU) * valid, ref_logits = ref.logits.to(at::kCPU) * valid;
-    errs.push_back(compare("loss", got.loss, ref.loss, tol, {}, nullptr));
-    errs.push_back(compare("logits", cp_logits, ref_logits, tol, {"b", "s", "v"}, &got.owner));
-    errs.push_back(compare(x.data.batch.inputs_embeds ? "grad:inputs_embeds" : "grad:embeddings_out", got.x0_grad,
-                           ref.x0_grad, tol, {"b", "s", "h"}, &got.owner));
+    const at::Tensor valid = x.data.batch.padding_mask->logical_not().unsqueeze(-1).to(at::kCPU);
+    const auto masked = [&](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) * valid : t; };
+    const auto check = [&](const std::string& name, const at::Tensor& cp, const at::Tensor& exact,
+                           const at::Tensor& single, const ElementNames& names) {
+      TensorError e = precision ? compare_precision(name, cp, single, exact, rule, names)
+                                : compare_elementwise(name, cp, exact, bound, names);
+      e.step = step;
+      errs.push_back(std::move(e));
+    };
+    check("loss", got.loss, ref.exact.loss, ref.single.loss, {});
+    check("logits", masked(got.logits), masked(ref.exact.logits), masked(ref.single.logits), {{"b", "s", "v"}, &got.owner});
+    check(x.data.batch.inputs_embeds ? "grad:inputs_embeds" : "grad:embeddings_out", got.x0_grad, ref.exact.x0_grad,
+          ref.single.x0_grad, {{"b", "s", "h"}, &got.owner});
+    double grad_scale = 0;
+    for (const auto& g : ref.exact.grads) grad_scale = std::max(grad_scale, g.abs().max().item<double>());
     for (size_t i = 0; i < x.params.size(); ++i)
-      errs.push_back(compare("grad:" + x.params[i].first, got.grads[i], ref.grads[i], tol, {"i", "j"}, nullptr));
+      check("grad:" + x.params[i].first, got.grads[i], ref.exact.grads[i],
+            precision ? ref.single.grads[i] : at::Tensor(), {{"i", "j"}, nullptr, grad_scale});
   }
   if (x.world_pg) {
     // Data-parallel replicas check their own batches; the report takes the worst of them.
     comm::Communicator world(x.world_pg->backend_ptr());
     const int64_t n = static_cast<int64_t>(x.params.size()) + 3;
     at::Tensor worst = at::zeros({n}, at::kDouble);
-    for (size_t i = 0; i < errs.size(); ++i) worst[static_cast<int64_t>(i)] = errs[i].max_rel;
+    for (size_t i = 0; i < errs.size(); ++i) worst[static_cast<int64_t>(i)] = errs[i].score;
     world.all_reduce_max(worst);
     for (size_t i = 0; i < errs.size(); ++i) {
       const double w = worst[static_cast<int64_t>(i)].item<double>();
-      if (w > errs[i].max_rel) {
-        errs[i].max_rel = w;
-        errs[i].ok = w <= tol;
-        errs[i].worst += " (another data-parallel replica is worse: max_rel " + std::to_string(w) + ")";
+      if (w > errs[i].score) {
+        errs[i].score = w;
+        errs[i].ok = w <= 1.0;
+        errs[i].worst += " (another data-parallel replica is worse: error/bound " + std::to_string(w) + ")";
       }
     }
   }
   return errs;
+}
+
+// Per tensor, the worse of the first and the last checked step.
+std::vector<TensorError> worse_of(std::vector<TensorError> first, const std::vector<TensorError>& last) {
+  for (size_t i = 0; i < first.size() && i < last.size(); ++i) {
+    const bool last_worse = (!last[i].ok && first[i].ok) || (last[i].ok == first[i].ok && last[i].score > first[i].score);
+    if (last_worse) first[i] = last[i];
+  }
+  return first;
 }
 
 // The timed steps' samples.
@@ -495,17 +543,21 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   setup_case(x, rt);
   res.axes["backend"] = comm::to_string(x.cp_pg->kind());
 
-  Outputs ref;
-  double reference_s = 0;
-  if (x.cp_rank == 0) ref = run_reference(x, reference_s);
+  References ref;
+  if (x.cp_rank == 0) ref = run_references(x);
   if (x.cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(x.device.index());
 
+  // The first step and the one after the timed steps are checked: state that leaks across steps (a
+  // hook left installed, a cached plan or index map reused with stale metadata) fails the second.
   AttentionStats stats;
   Outputs got;
   (void)run_step(x, stats, &got);
-  res.errors = check_outputs(x, got, ref);
-
+  const std::vector<TensorError> first = check_outputs(x, got, ref, "first");
   const Timings m = time_steps(x, stats);
+  Outputs last;
+  (void)run_step(x, stats, &last);
+  res.errors = worse_of(first, check_outputs(x, last, ref, "last"));
+  const double reference_s = ref.seconds;
   // Per-rank numbers, gathered to every CP rank.
   at::Tensor mine =
       at::tensor({median(m.attn_s), m.flops, m.bytes, median(m.comm_s), static_cast<double>(m.pairs)}, at::kDouble);

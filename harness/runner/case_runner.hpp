@@ -18,8 +18,6 @@ struct RankRuntime {
   c10::intrusive_ptr<c10d::Store> store;
 };
 
-// Tolerance on max|cp - ref| / max|ref| per dtype name.
-[[nodiscard]] double tolerance_for(at::ScalarType dtype);
 
 // Why this case cannot run here ("" if it can). Same answer on every rank.
 [[nodiscard]] std::string skip_reason(const ScenarioSpec& scenario, const CaseSpec& c, int job_world_size);

@@ -1,0 +1,143 @@
+#include "harness/runner/reference_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+ElementwiseBound elementwise_bound(at::ScalarType dtype) {
+  // Measured noise of reordering the same sums (docs/correctness.md, "Bounds"): over the correctness
+  // sweeps, the worst |cp - ref| / (|ref| + 1e-3 max|ref|) was ~4e-13 in float64 and ~6e-5 in float32;
+  // the bounds leave a margin of ~100x (float64) and ~5x (float32) above it, and stay far below the
+  // 1e-4 relative error the `perturbed` control injects.
+  if (dtype == at::kDouble) return {1e-10, 1e-12};
+  return {3e-5, 3e-6};  // float32
+}
+
+bool judged_by_precision(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+
+namespace {
+
+// "(b=.., s=.., v=..)" of a flat index, plus the owning rank when known.
+std::string locate(int64_t flat, at::IntArrayRef shape, const ElementNames& names) {
+  std::vector<int64_t> idx(shape.size());
+  int64_t rest = flat;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = rest % shape[static_cast<size_t>(d)];
+    rest /= shape[static_cast<size_t>(d)];
+  }
+  std::string s = "(";
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (d) s += ", ";
+    s += (d < names.axes.size() ? names.axes[d] : "i" + std::to_string(d)) + "=" + std::to_string(idx[d]);
+  }
+  s += ")";
+  if (names.owner && shape.size() >= 2) {
+    const int64_t o = (*names.owner)[idx[0]][idx[1]].item<int64_t>();
+    s += o >= 0 ? " owned by rank " + std::to_string(o) : " (dropped by the shard)";
+  }
+  return s;
+}
+
+std::string values(double cp, double ref, double bound) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, ": cp=%.10g ref=%.10g bound=%.3g", cp, ref, bound);
+  return buf;
+}
+
+// Shapes must agree; NaN counts as an infinite error.
+bool prepare(const std::string& name, const at::Tensor& cp_in, const at::Tensor& ref_in, at::Tensor& cp, at::Tensor& ref,
+             TensorError& e) {
+  e.tensor = name;
+  cp = cp_in.detach().to(at::kCPU, at::kDouble).contiguous();
+  ref = ref_in.detach().to(at::kCPU, at::kDouble).contiguous();
+  e.elements = ref.numel();
+  if (!cp.sizes().equals(ref.sizes())) {
+    e.ok = false;
+    e.mismatches = e.elements;
+    e.max_abs = e.max_rel = e.score = INFINITY;
+    e.worst = "shape " + shape_str(cp.sizes()) + " differs from the reference's " + shape_str(ref.sizes());
+    return false;
+  }
+  return true;
+}
+
+at::Tensor abs_error(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor d = (a - b).abs();
+  return at::where(at::isnan(d), at::full_like(d, INFINITY), d);
+}
+
+double quantile_of(const at::Tensor& t, double q) {
+  if (t.numel() == 0) return 0;
+  return at::quantile(t.flatten().to(at::kDouble), q, /*dim=*/std::nullopt, /*keepdim=*/false, "higher").item<double>();
+}
+
+}  // namespace
+
+TensorError compare_elementwise(const std::string& name, const at::Tensor& cp_in, const at::Tensor& ref_in,
+                                const ElementwiseBound& b, const ElementNames& names) {
+  TensorError e;
+  e.criterion = "elementwise";
+  e.rtol = b.rtol;
+  at::Tensor cp, ref;
+  if (!prepare(name, cp_in, ref_in, cp, ref, e)) return e;
+  if (e.elements == 0) return e;
+  const at::Tensor diff = abs_error(cp, ref);
+  double scale = ref.abs().max().item<double>();
+  if (scale == 0) scale = names.zero_scale;
+  e.atol = std::max(b.atol_scale * scale, 1e-300);
+  const at::Tensor bound = e.atol + b.rtol * ref.abs();
+  const at::Tensor ratio = diff / bound;
+  e.mismatches = (diff > bound).sum().item<int64_t>();
+  const int64_t worst = ratio.flatten().argmax().item<int64_t>();
+  e.score = ratio.flatten()[worst].item<double>();
+  e.max_abs = diff.max().item<double>();
+  e.max_rel = e.max_abs / std::max(scale, 1e-300);
+  e.ok = e.mismatches == 0;
+  e.worst = locate(worst, cp.sizes(), names) +
+            values(cp.flatten()[worst].item<double>(), ref.flatten()[worst].item<double>(),
+                   bound.flatten()[worst].item<double>());
+  return e;
+}
+
+TensorError compare_precision(const std::string& name, const at::Tensor& cp_in, const at::Tensor& single_in,
+                              const at::Tensor& ref64_in, const PrecisionRule& rule, const ElementNames& names) {
+  TensorError e;
+  e.criterion = "precision";
+  e.k = rule.k;
+  e.quantile = rule.quantile;
+  at::Tensor cp, ref, single, unused;
+  if (!prepare(name, cp_in, ref64_in, cp, ref, e)) return e;
+  {
+    TensorError shape_check;
+    if (!prepare(name, single_in, ref64_in, single, unused, shape_check))
+      throw Error(detail::concat("reference check: the single-rank ", name, " ", shape_check.worst));
+  }
+  if (e.elements == 0) return e;
+  const at::Tensor e_cp = abs_error(cp, ref), e_1 = abs_error(single, ref);
+  double scale = ref.abs().max().item<double>();
+  if (scale == 0) scale = names.zero_scale;
+  e.floor = rule.floor_scale * scale;
+  e.single_rank_max = e_1.max().item<double>();
+  e.single_rank_q = quantile_of(e_1, rule.quantile);
+  e.max_abs = e_cp.max().item<double>();
+  e.max_rel = e.max_abs / std::max(scale, 1e-300);
+  e.cp_q = quantile_of(e_cp, rule.quantile);
+  const double bound_max = rule.k * e.single_rank_max + e.floor;
+  const double bound_q = rule.k * e.single_rank_q + e.floor;
+  const double tiny = 1e-300;
+  e.score = std::max(e.max_abs / std::max(bound_max, tiny), e.cp_q / std::max(bound_q, tiny));
+  e.mismatches = (e_cp > bound_max).sum().item<int64_t>();
+  e.ok = e.max_abs <= bound_max && e.cp_q <= bound_q;
+  const int64_t worst = e_cp.flatten().argmax().item<int64_t>();
+  e.worst = locate(worst, cp.sizes(), names) +
+            values(cp.flatten()[worst].item<double>(), ref.flatten()[worst].item<double>(), bound_max) +
+            " (q" + std::to_string(static_cast<int>(rule.quantile * 100)) + ": cp " + std::to_string(e.cp_q) +
+            " vs bound " + std::to_string(bound_q) + ")";
+  return e;
+}
+
+}  // namespace cpbench

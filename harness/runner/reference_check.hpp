@@ -1,0 +1,50 @@
+#pragma once
+// The reference check's criteria (docs/correctness.md): how one tensor of the CP run is compared
+// with the single-rank reference. Plain functions over CPU copies; the runner decides what to compare.
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "reports/result.hpp"
+
+namespace cpbench {
+
+// The elementwise bound of a dtype: |cp - ref| <= atol_scale * max|ref| + rtol * |ref| per element.
+struct ElementwiseBound {
+  double rtol = 0;
+  double atol_scale = 0;  // atol as a fraction of the tensor's max |ref|
+};
+// float64 and float32 (the dtypes checked elementwise against a reference in the same dtype).
+[[nodiscard]] ElementwiseBound elementwise_bound(at::ScalarType dtype);
+// True for the dtypes judged against their own precision (bfloat16, float16).
+[[nodiscard]] bool judged_by_precision(at::ScalarType dtype);
+
+// The precision rule's constants (FlashAttention-test style): the CP error against float64 may be at
+// most k times the single-rank error in the same dtype, plus floor_scale * max|ref64|, on the max and
+// on the q-quantile.
+struct PrecisionRule {
+  double k = 2.0;
+  double floor_scale = 1e-6;
+  double quantile = 0.99;
+};
+
+// Where a mismatch sits: names of the axes of the compared tensor ("b", "s", "v"), and optionally
+// `owner` [B, S] mapping the first two axes to the CP rank that owns the token (-1: dropped).
+// `zero_scale`: the scale the absolute bound is taken from when the reference tensor is exactly zero
+// everywhere (a structurally zero gradient, e.g. dL/dwq when every query sees only itself); the
+// runner passes the largest parameter gradient of the reference. Unused otherwise.
+struct ElementNames {
+  std::vector<std::string> axes;
+  const at::Tensor* owner = nullptr;
+  double zero_scale = 0;
+};
+
+[[nodiscard]] TensorError compare_elementwise(const std::string& name, const at::Tensor& cp, const at::Tensor& ref,
+                                              const ElementwiseBound& bound, const ElementNames& names);
+// `single` is the same model on one rank in the case's dtype; `ref64` the float64 reference.
+[[nodiscard]] TensorError compare_precision(const std::string& name, const at::Tensor& cp, const at::Tensor& single,
+                                            const at::Tensor& ref64, const PrecisionRule& rule,
+                                            const ElementNames& names);
+
+}  // namespace cpbench
