@@ -10,11 +10,18 @@
 //   input_ids -> padding_token_id, labels -> -100, loss_mask -> 0, padding_mask -> true,
 //   position_ids -> continue counting (thd: per document), inputs_embeds and other floating
 //   tensors -> 0, extras -> their configured fill (default 0).
+// Before padding, as the seed: attention_mask ([B, S], non-zero = attend; or [B, 1, S, S], its
+// diagonal) becomes padding_mask when none is given, and is dropped; labels absent with a loss_mask
+// given -> the loss_mask becomes the labels. README "Differences from NeMo AutoModel" lists the rest.
+// Token verbs run at copy speed: each (map, length, device) is built once per shard and cached;
+// shard and gather write every output element once (slice copies, or one index_select / index_copy).
 // Errors throw cpbench::Error naming the key, the shapes or lengths, the sharder, cp and rank.
 // A Sharder is cheap; build one per rank per step. It is not thread-safe.
 #include <ATen/ATen.h>
 
+#include <map>
 #include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -32,6 +39,22 @@ struct SharderOptions {
   // Passed to data-dependent layouts.
   MaskSpec mask;
   int64_t chunk_size = 0;
+  // The seed's pad_multiple: the padded length (unpacked) or each document's stream slot (thd) is also a
+  // multiple of cp * pad_multiple, so every rank's local length is a multiple of pad_multiple (>= 1).
+  int64_t pad_multiple = 1;
+  // The "no document" value in seq_lens / seq_lens_padded (the seed's seq_lens_padding_value).
+  int64_t seq_lens_sentinel = kSeqLensSentinel;
+  // thd: input-row positions after a row's last document (its trailing padding). fold (the seed's
+  // behaviour): they join the last document's slot (a row with no document joins the previous row's
+  // last document), so fully covered rows flatten without moving tokens. drop: they leave the stream
+  // (gather with trim then needs a `fill` for them).
+  enum class ThdTrailing { fold, drop };
+  ThdTrailing thd_trailing = ThdTrailing::fold;
+  // thd: the seed's num_chunks. The B rows split into num_chunks micro-batches of B / num_chunks rows
+  // (B must divide), each packed into its own stream; every stream is padded (its last document's slot
+  // grows) to the longest, so keys come back [num_chunks, T_c_local] and cu_seqlens* [num_chunks,
+  // D_max + 1] right-padded with seq_lens_sentinel. The token map covers the chunk streams back to back.
+  int64_t num_chunks = 1;
 };
 
 // What the token verbs need to repeat the batch's transform (NeMo's ShardLayout).
@@ -40,6 +63,7 @@ struct ShardLayout {
   std::optional<int64_t> original_seq_len;    // unpacked: S before padding
   int64_t padded_seq_len = 0;                 // P
   std::optional<std::vector<int64_t>> input_row_shape;  // thd: [B, S] rows before flattening
+  int64_t num_chunks = 1;                     // thd: streams back to back, each padded_seq_len / num_chunks
   // thd when tokens moved: [B, S] int64, input (b, i) -> stream position, -1 = dropped pad slot.
   std::optional<at::Tensor> input_token_stream_positions;
   // thd: for each stream position, the flat input index b*S+i it came from, -1 = new pad slot.
@@ -50,6 +74,31 @@ struct ShardLayout {
   // thd: the documents of the input rows, and the caller's padding_mask [B * S] (empty: none given).
   std::vector<DocSpan> documents;
   std::vector<uint8_t> input_padding;
+};
+
+// A token map: output element j of the sequence dim comes from input element src (or is `fill`).
+// Built once per (kind, length, device) from the layout and cached by the Sharder.
+struct TokenMap {
+  // len elements: src, src + step, ... -> dst, dst + 1, ... (ScatterMap: src, src + 1, ... -> dst,
+  // dst + step, ...); src -1: `fill`. Strided runs make striped maps one slice copy per rank.
+  struct Run {
+    int64_t src = 0, dst = 0, len = 0, step = 1;
+  };
+  int64_t out_len = 0;
+  bool use_runs = false;  // few long runs: slice copies; else index_select
+  std::vector<Run> runs;
+  at::Tensor index;  // int64 [out_len], holes point at 0 (index path)
+  at::Tensor holes;  // int64 output positions taking `fill`; undefined when none
+};
+// The gather counterpart: rank r's local element j goes to output position dst (or nowhere).
+struct ScatterMap {
+  int64_t out_len = 0;
+  bool use_runs = false;
+  std::vector<std::vector<TokenMap::Run>> runs;  // per rank, src = local index
+  std::vector<at::Tensor> dst;                   // per rank, int64 output positions of the kept locals
+  std::vector<at::Tensor> kept;                  // per rank, kept local indices; undefined = all
+  at::Tensor holes;                              // output positions no rank fills; undefined when none
+  std::vector<TokenMap::Run> hole_runs;
 };
 
 class Sharder {
@@ -102,11 +151,33 @@ class Sharder {
   // The caller's padding_mask as bytes [B * S], or empty.
   [[nodiscard]] static std::vector<uint8_t> input_padding(const Batch& batch);
   [[nodiscard]] std::vector<int64_t> rank_indices(int64_t padded_seq_len, int64_t rank) const;
-  [[nodiscard]] at::Tensor select_local(const at::Tensor& t, int64_t seq_dim) const;
+
+  // Which coordinates a map reads (shard) or writes (gather): the padded stream, the original
+  // length (unpacked), or the flat thd input rows [B * S].
+  enum class Coords { padded, original, rows };
+  [[nodiscard]] const TokenMap& shard_map(Coords from, int64_t P, const at::Device& device) const;
+  [[nodiscard]] const ScatterMap& gather_map(Coords to, int64_t P, const at::Device& device) const;
+  // out = t with its seq_dim mapped through m; holes get `fill` (required when there are holes).
+  [[nodiscard]] at::Tensor apply(const TokenMap& m, const at::Tensor& t, int64_t seq_dim,
+                                 const std::optional<at::Scalar>& fill, const char* what) const;
+  [[nodiscard]] at::Tensor scatter(const ScatterMap& m, const std::vector<at::Tensor>& parts, int64_t seq_dim,
+                                   const std::optional<at::Scalar>& fill, const char* what) const;
+  // Position ids through a shard map: holes continue counting from the input's last position
+  // (unpacked) or from their document's last row-slot position (thd).
+  [[nodiscard]] at::Tensor shard_positions(const at::Tensor& pos, int64_t pos_dim, Coords from) const;
+  // The batch as the seed converts it before sharding (attention_mask, labels from loss_mask).
+  [[nodiscard]] Batch normalized(const Batch& batch) const;
+  [[nodiscard]] int64_t unpacked_multiple() const;
+  [[nodiscard]] int64_t document_multiple() const;
 
   std::shared_ptr<const Layout> layout_;
   SharderOptions options_;
   std::optional<ShardLayout> shard_layout_;
+  // Caches of the maps above, keyed by (coords, length, device); cleared by shard().
+  mutable std::map<std::string, TokenMap> shard_maps_;
+  mutable std::map<std::string, ScatterMap> gather_maps_;
+  // Closed-form layouts before a shard: the last computed partition (one Layout::compute per length).
+  mutable std::optional<GlobalLayout> closed_form_;
 };
 
 // Lower-level helpers shared with the harness (pad rules live here and nowhere else).

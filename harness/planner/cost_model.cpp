@@ -67,6 +67,12 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   req.seq_len = seq_len;
   req.doc_lens = docs;
   req.mask = mask;
+  // The thd Sharder folds a row's trailing padding into its last document (SharderOptions::thd_trailing):
+  // the stream the runner shards has the last slot grown and the same real tokens.
+  int64_t total = 0;
+  for (int64_t d : docs) total += d;
+  const bool fold = layout.packed() && !docs.empty() && seq_len > total;
+  if (fold) req.doc_lens.back() += seq_len - total;
   GlobalLayout g;
   try {
     g = layout.compute(req);
@@ -74,6 +80,10 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
     throw;
   } catch (const Error& e) {
     throw UsageError(e.what());
+  }
+  if (fold) {
+    g.cu_seqlens.assign(1, 0);
+    for (int64_t d : docs) g.cu_seqlens.push_back(g.cu_seqlens.back() + d);
   }
   const StreamCache::Entry& e = cache.get(g, docs, mask);
   w.P = g.padded_seq_len;

@@ -75,8 +75,12 @@ TEST(AttentionMeta, ThdConsumesTheReturnedCuSeqlens) {
   const TokenMeta good = sh[0].attention_meta(local);
   // A document boundary moved in the returned metadata changes the documents the mask sees.
   local.cu_seqlens_padded = at::tensor(std::vector<int32_t>{0, 4, 12});
-  local.cu_seqlens = at::tensor(std::vector<int32_t>{0, 4, 11});
-  EXPECT_THROW((void)sh[0].attention_meta(local), Error) << "cu_seqlens disagreeing with the documents";
+  local.cu_seqlens = local.cu_seqlens_padded;
+  local.cu_seqlens_real = at::tensor(std::vector<int32_t>{0, 4, 11});
+  EXPECT_THROW((void)sh[0].attention_meta(local), Error) << "cu_seqlens_real disagreeing with the documents";
+  Batch local3 = sh[0].shard(b);
+  local3.cu_seqlens = local3.cu_seqlens_real;
+  EXPECT_THROW((void)sh[0].attention_meta(local3), Error) << "cu_seqlens under CP holds the padded boundaries";
   Batch local2 = sh[0].shard(b);
   local2.padding_mask = local2.padding_mask->logical_not();
   EXPECT_TRUE(sh[0].attention_meta(local2).valid.equal(good.valid.logical_not())) << "valid is !padding_mask";

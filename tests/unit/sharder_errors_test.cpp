@@ -95,6 +95,7 @@ TEST(SharderErrors, ExactlyOneOfInputIdsAndInputsEmbeds) {
 TEST(SharderErrors, MissingLabels) {
   Batch b = good();
   b.labels.reset();
+  b.loss_mask.reset();  // a loss_mask would be promoted to labels (the seed's rule)
   EXPECT_TRUE(contains_all(shard_error(b), {kWho, "labels", "[B, S] = [2, 8]", "got none"}));
   EXPECT_TRUE(contains_all(shard_error(b, "thd"), {"thd (cp=2, rank 1)", "labels"}));
 }

@@ -176,7 +176,26 @@ struct StreamPlan {
   [[nodiscard]] int64_t P() const { return static_cast<int64_t>(slots.size()); }
 };
 
-inline StreamPlan plan_stream(int64_t W, int64_t B, int64_t S, const RowDocs& rows) {
+// The default thd trailing rule (fold): a row's trailing padding joins its last document's slot; a
+// row without documents joins the previous document (slots may then run past the row end, in flat
+// coordinates b * S + col).
+inline RowDocs fold_trailing(RowDocs rows, int64_t S) {
+  DocSpec* prev = nullptr;
+  for (auto& row : rows) {
+    if (row.empty()) {
+      if (prev) prev->slot += S;
+      continue;
+    }
+    int64_t off = 0;
+    for (size_t d = 0; d + 1 < row.size(); ++d) off += row[d].slot;
+    row.back().slot = S - off;
+    prev = &row.back();
+  }
+  return rows;
+}
+
+inline StreamPlan plan_stream(int64_t W, int64_t B, int64_t S, const RowDocs& rows_in, bool fold = true) {
+  const RowDocs rows = fold ? fold_trailing(rows_in, S) : rows_in;
   StreamPlan plan;
   plan.input_pos.assign(static_cast<size_t>(B * S), -1);
   int64_t doc = 0;
@@ -319,11 +338,12 @@ inline ::testing::AssertionResult contains_all(const std::string& msg, const std
   return ::testing::AssertionSuccess();
 }
 
-inline std::vector<Sharder> sharders_for(const std::string& name, int64_t W, int64_t pad_id = kPadId) {
+inline std::vector<Sharder> sharders_for(const std::string& name, int64_t W, int64_t pad_id = kPadId,
+                                         SharderOptions base = {}) {
   auto layout = make_layout(name);
   std::vector<Sharder> out;
   for (int64_t r = 0; r < W; ++r) {
-    SharderOptions o;
+    SharderOptions o = base;
     o.cp_size = W;
     o.cp_rank = r;
     o.padding_token_id = pad_id;

@@ -200,7 +200,10 @@ void check_thd_round_trip(const ThdCase& c, int64_t W, BatchSpec sp) {
     ASSERT_TRUE(l.cu_seqlens && l.cu_seqlens_padded);
     EXPECT_EQ(l.cu_seqlens->scalar_type(), at::kInt);
     EXPECT_EQ(l.cu_seqlens_padded->scalar_type(), at::kInt);
-    EXPECT_EQ(to_vec(*l.cu_seqlens), plan.cu_real);
+    ASSERT_TRUE(l.cu_seqlens_real.has_value());
+    EXPECT_EQ(to_vec(*l.cu_seqlens_real), plan.cu_real);
+    EXPECT_EQ(to_vec(*l.cu_seqlens), W > 1 ? plan.cu_padded : plan.cu_real)
+        << "cu_seqlens: padded boundaries under CP, real ones at W = 1 (as the seed)";
     EXPECT_EQ(to_vec(*l.cu_seqlens_padded), plan.cu_padded);
     EXPECT_EQ(l.max_seqlen, plan.max_padded);
     EXPECT_EQ(l.primary().size(0), 1);
@@ -319,7 +322,8 @@ TEST(SharderThd, ReferenceWorkedExample) {
     // cp 2: documents padded to multiples of 4 -> [0,4,8,16]; TE's partition per document.
     auto sh = sharders_for("thd", 2, 0);
     const Batch r0 = sh[0].shard(in), r1 = sh[1].shard(in);
-    EXPECT_EQ(to_vec(*r0.cu_seqlens), (std::vector<int64_t>{0, 3, 5, 11}));
+    EXPECT_EQ(to_vec(*r0.cu_seqlens_real), (std::vector<int64_t>{0, 3, 5, 11}));
+    EXPECT_EQ(to_vec(*r0.cu_seqlens), (std::vector<int64_t>{0, 4, 8, 16})) << "TE's cu_seqlens under CP";
     EXPECT_EQ(to_vec(*r0.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 8, 16}));
     EXPECT_EQ(r0.max_seqlen, 8);
     EXPECT_EQ(to_vec(sh[0].local_token_global_indices(16)), (std::vector<int64_t>{0, 3, 4, 7, 8, 9, 14, 15}));
@@ -355,13 +359,34 @@ TEST(SharderThd, TransformerEnginePartitionThroughTheSharder) {
   EXPECT_EQ(to_vec(sh[0].shard_token_tensor(t)), (std::vector<int64_t>{0, 3, 18, 21, 24, 33}));
 }
 
-TEST(SharderThd, TrailingPadIsDroppedAndTrimNeedsFill) {
+TEST(SharderThd, TrailingPadFoldsIntoTheLastDocumentByDefault) {
+  // Row of 8 holding documents of 4 and 2 tokens: the last 2 input slots join document 1's slot
+  // (4 + 4 = 8, aligned at W = 1), so nothing moves and trim needs no fill.
+  Batch in;
+  in.input_ids = at::arange(1, 9, at::kLong).view({1, 8});
+  in.labels = at::arange(1, 9, at::kLong).view({1, 8});
+  in.seq_lens = at::tensor({4, 2}, at::kLong).view({1, 2});
+  auto sh = sharders_for("thd", 1);
+  const Batch out = sh[0].shard(in);
+  EXPECT_FALSE(sh[0].shard_layout().input_token_stream_positions.has_value());
+  EXPECT_EQ(to_vec(*out.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(to_vec(*out.cu_seqlens_real), (std::vector<int64_t>{0, 4, 6}));
+  EXPECT_EQ(out.max_seqlen, 4);
+  EXPECT_EQ(to_vec(*out.input_ids), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(to_vec(out.padding_mask->to(at::kLong)), (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(to_vec(*out.position_ids), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_TRUE(same(sh[0].gather_token_tensor({*out.labels}, 1, true), *in.labels));
+}
+
+TEST(SharderThd, TrailingPadIsDroppedOnRequestAndTrimNeedsFill) {
   // Row of 8 holding documents of 3 and 2 tokens: the last 3 input slots are pack padding.
   Batch in;
   in.input_ids = at::arange(1, 9, at::kLong).view({1, 8});
   in.labels = at::arange(1, 9, at::kLong).view({1, 8});
   in.seq_lens = at::tensor({3, 2}, at::kLong).view({1, 2});
-  auto sh = sharders_for("thd", 1);
+  SharderOptions drop;
+  drop.thd_trailing = SharderOptions::ThdTrailing::drop;
+  auto sh = sharders_for("thd", 1, kPadId, drop);
   const Batch out = sh[0].shard(in);
   // docs padded to multiples of 2: [0, 4, 6]
   EXPECT_EQ(to_vec(*out.cu_seqlens_padded), (std::vector<int64_t>{0, 4, 6}));
