@@ -83,10 +83,10 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   w.segments = mask_area::rank_segments(g, e.stream);
   if (kernel == Kernel::blocks) w.blocks = mask_area::nonempty_blocks(g, e.stream, mask);
   if (kernel == Kernel::fitted) {
-    // Every block of every rank costs O(W * P); past 2^24 the ranks most likely to be the slowest stand
+    // Every block of every rank costs O(W * P); past 2^22 the ranks most likely to be the slowest stand
     // in for all (the ring and the all-gather wait for the slowest rank).
     const int64_t n = static_cast<int64_t>(w.pairs.size());
-    if (n * w.P <= (int64_t{1} << 24) || static_cast<size_t>(n) <= kPricedRanks) {
+    if (n * w.P <= (int64_t{1} << 22) || static_cast<size_t>(n) <= kPricedRanks) {
       for (int64_t r = 0; r < n; ++r) w.priced.push_back(r);
     } else {
       std::vector<int64_t> order(static_cast<size_t>(n));

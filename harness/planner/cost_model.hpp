@@ -21,7 +21,7 @@ namespace cpbench::plan {
 // pairs[r] visible (q, k) pairs of its queries, local_pairs[r] those against its own keys, blocks[r]
 // non-empty (local queries x one rank's keys) blocks (Kernel::blocks only), segments[r] contiguous
 // one-document runs. P = padded length, s = local tokens. Kernel::fitted only: priced[i] is a rank
-// whose blocks against every rank are block_areas[i] ([W] each): every rank when W * P <= 2^24, else
+// whose blocks against every rank are block_areas[i] ([W] each): every rank when W * P <= 2^22, else
 // kPricedRanks ranks that hold the most visible pairs, the two ends and two in between (the kernel model
 // prices those; the slowest rank is assumed among them).
 struct LayoutWork {
