@@ -132,4 +132,56 @@ std::vector<int64_t> nonempty_blocks(const GlobalLayout& g, const Stream& s, con
   return out;
 }
 
+BlockAreas::BlockAreas(const GlobalLayout& g, const Stream& s, const MaskSpec& mask)
+    : layout_(&g), stream_(&s), mask_(mask) {
+  keys_.resize(g.ranks.size());
+  for (size_t j = 0; j < g.ranks.size(); ++j) {
+    auto& k = keys_[j];
+    for (int64_t p : g.ranks[j]) {
+      const auto& t = s.tokens[static_cast<size_t>(p)];
+      if (t.valid) k.push_back(t.pos);
+    }
+    if (!std::is_sorted(k.begin(), k.end())) std::sort(k.begin(), k.end());
+  }
+}
+
+std::vector<BlockArea> BlockAreas::of_rank(int64_t r) const {
+  const Stream& s = *stream_;
+  // The visible coordinate range of each query with any range at all, ordered by its lower end: the
+  // union of ranges (keys) then needs one pass, and the lower pointer only moves forward.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ranges.reserve(layout_->ranks[static_cast<size_t>(r)].size());
+  for (int64_t q : layout_->ranks[static_cast<size_t>(r)]) {
+    const auto range = s.key_range(mask_, q);
+    if (range.second >= range.first) ranges.push_back(range);
+  }
+  if (!std::is_sorted(ranges.begin(), ranges.end())) std::sort(ranges.begin(), ranges.end());
+  bool upper_monotone = true;
+  for (size_t i = 1; i < ranges.size() && upper_monotone; ++i) upper_monotone = ranges[i].second >= ranges[i - 1].second;
+
+  std::vector<BlockArea> out(keys_.size());
+  for (size_t j = 0; j < keys_.size(); ++j) {
+    const auto& k = keys_[j];
+    BlockArea& b = out[j];
+    auto lo_it = k.cbegin(), hi_it = k.cbegin();
+    std::ptrdiff_t reach = 0;  // keys [0, reach) are already counted as seen
+    for (const auto& [lo, hi] : ranges) {
+      while (lo_it != k.cend() && *lo_it < lo) ++lo_it;
+      if (upper_monotone) {
+        if (hi_it < lo_it) hi_it = lo_it;
+        while (hi_it != k.cend() && *hi_it <= hi) ++hi_it;
+      } else {
+        hi_it = std::upper_bound(lo_it, k.cend(), hi);
+      }
+      const std::ptrdiff_t a = lo_it - k.cbegin(), e = hi_it - k.cbegin();
+      if (e <= a) continue;
+      b.pairs += e - a;
+      ++b.rows;
+      b.keys += std::max<std::ptrdiff_t>(0, e - std::max(a, reach));
+      reach = std::max(reach, e);
+    }
+  }
+  return out;
+}
+
 }  // namespace cpbench::mask_area

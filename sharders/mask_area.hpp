@@ -37,4 +37,40 @@ namespace cpbench::mask_area {
 // sliding_window: O(W * P). For the `blocks` kernel model of the planner, meant for small W.
 [[nodiscard]] std::vector<int64_t> nonempty_blocks(const GlobalLayout& layout, const Stream& stream, const MaskSpec& mask);
 
+// The visible structure of one block: rank r's queries against rank j's keys (both in local order).
+// pairs = visible (q, k) pairs; rows = queries that see at least one key of the block; keys = keys
+// seen by at least one query. A kernel that slices the block to its active rows and keys runs:
+//   dense     pairs == rows * keys: a fully visible rectangle (e.g. a head-tail half block), no mask;
+//   triangle  rows == keys and pairs == rows (rows + 1) / 2: a causal diagonal (also the striped
+//             block whose diagonal is shifted by one, once sliced to q[1:], k[:-1]);
+//   masked    anything else (a tile-skipping kernel with a mask or varlen segments);
+//   empty     nothing visible (skipped).
+struct BlockArea {
+  int64_t pairs = 0, rows = 0, keys = 0;
+  enum class Shape { empty, dense, triangle, masked };
+  [[nodiscard]] Shape shape() const {
+    if (pairs == 0) return Shape::empty;
+    if (pairs == rows * keys) return Shape::dense;
+    if (rows == keys && 2 * pairs == rows * (rows + 1)) return Shape::triangle;
+    return Shape::masked;
+  }
+};
+
+// Block areas of every (rank r, source j) block a layout makes, rank by rank. Construction sorts
+// each rank's valid key coordinates, O(P log(P/W)); of_rank(r) costs O(W * s + P) when the visible key
+// ranges of r's queries, ordered by their lower end, also have non-decreasing upper ends (causal,
+// full, sliding_window and document masks on unpacked streams), else O(W * s log s).
+class BlockAreas {
+ public:
+  BlockAreas(const GlobalLayout& layout, const Stream& stream, const MaskSpec& mask);
+  // [W]: rank r's queries against each rank's keys, in source order.
+  [[nodiscard]] std::vector<BlockArea> of_rank(int64_t r) const;
+
+ private:
+  const GlobalLayout* layout_;
+  const Stream* stream_;
+  MaskSpec mask_;
+  std::vector<std::vector<int64_t>> keys_;  // [W]: sorted coordinates of each rank's valid keys
+};
+
 }  // namespace cpbench::mask_area

@@ -28,7 +28,8 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--cp", o.cps, "CP sizes W, e.g. 8,16,64")->delimiter(',')->required();
   cmd.add_option("--mask", o.mask, "causal, full, document or sliding_window:N");
   cmd.add_option("--dtype", o.dtype, "bf16 (default), fp16, fp32, fp64");
-  cmd.add_option("--cluster", o.cluster, "cluster preset: " + clusters + " (default h100-nvlink)");
+  cmd.add_option("--cluster", o.cluster,
+                 "cluster preset: " + clusters + " (default h100-nvlink, or h100-ib400 when a --cp value exceeds 8)");
   cmd.add_option("--flops", o.flops, "achieved attention FLOP/s per GPU (forward), overrides the cluster");
   cmd.add_option("--bandwidth", o.bandwidth, "link bandwidth per GPU and direction in B/s (intra- and inter-node)");
   cmd.add_option("--inter-bandwidth", o.inter_bandwidth, "inter-node bandwidth per GPU in B/s");
@@ -39,7 +40,10 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   std::string transports;
   for (const auto& t : known_transports()) transports += (transports.empty() ? "" : ", ") + t;
   cmd.add_option("--transports", o.transports, transports + " (default: all)")->delimiter(',');
-  cmd.add_option("--kernel", o.kernel, "pairs (time ~ visible pairs; default) or blocks (cpbench's CPU transports)");
+  cmd.add_option("--kernel", o.kernel,
+                 "fitted (the cluster's kernel model, block by block; default), pairs (time ~ visible pairs, no "
+                 "overheads) or blocks (cpbench's CPU transports)");
+  cmd.add_option("--pass", o.pass, "train (forward + backward; default) or forward");
   cmd.add_option("--format", o.format, "table or json")->check(CLI::IsMember({"table", "json"}));
   cmd.add_option("--calibrate", o.calibrate, "report.json: fit FLOP/s and bandwidth from measured runs");
 }
@@ -65,10 +69,11 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
   r.mask = o.mask;
   r.dtype = o.dtype;
   r.kernel = plan::parse_kernel(o.kernel);
+  r.pass = plan::parse_pass(o.pass);
   r.sharders = o.sharders;
   if (!o.transports.empty()) r.transports = o.transports;
 
-  r.cluster = plan::cluster_preset(o.cluster);
+  r.cluster = plan::cluster_preset(o.cluster.empty() ? plan::default_cluster(o.cps) : o.cluster);
   if (!o.calibrate.empty()) {
     CP_CHECK_USAGE(fsu::exists(o.calibrate), "--calibrate: cannot read '", o.calibrate,
                    "' (expected a report.json written by cpbench run)");

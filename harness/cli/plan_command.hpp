@@ -23,12 +23,13 @@ struct PlanCommandOptions {
   std::vector<int64_t> cps;
   std::string mask = "causal";
   std::string dtype = "bf16";
-  std::string cluster = "h100-nvlink";
+  std::string cluster;  // empty: plan::default_cluster(cps)
   double flops = 0, bandwidth = 0, inter_bandwidth = 0, latency = -1;
   int64_t gpus_per_node = 0;
   std::vector<std::string> sharders;    // empty = planner default
   std::vector<std::string> transports;  // empty = every registered transport
-  std::string kernel = "pairs";
+  std::string kernel = "fitted";
+  std::string pass = "train";  // train (forward + backward) | forward
   std::string format = "table";  // table | json
   std::string calibrate;         // report.json to fit FLOP/s and bandwidth from
 };

@@ -59,6 +59,10 @@ Calibration calibrate(const Report& report) {
                     slowest->attention_s / kStepFactor, slowest->comm_s});
   }
   if (sum_t > 0) {
+    cal.notes.push_back(
+        "reports hold per-rank attention time and FLOPs, not per-block times: the kernel model's constants "
+        "(causal penalty, row overhead, launch, merge, contention) cannot be separated, so the fit is one "
+        "effective FLOP/s and the calibrated plan prices visible pairs at it (kernel model neutral)");
     cal.attention_flops = kStepFactor * sum_f / sum_t;
     double var = 0;
     for (double x : rates) var += (x - cal.attention_flops) * (x - cal.attention_flops);
@@ -124,7 +128,12 @@ Calibration calibrate(const Report& report) {
 Cluster calibrated(const Cluster& c, const Calibration& cal) {
   Cluster out = c;
   out.name = c.name + "+calibrated";
-  if (cal.attention_flops > 0) out.attention_flops = cal.attention_flops;
+  if (cal.attention_flops > 0) {
+    // The measured rate already holds every overhead the kernel model would add on top of it.
+    out.attention_flops = cal.attention_flops;
+    out.kernel = neutral_kernel_model();
+    out.kernel.source = "calibrated: one effective FLOP/s from a report (per-block times are not in reports)";
+  }
   if (cal.bandwidth > 0) out.intra_bandwidth = out.inter_bandwidth = cal.bandwidth;
   return out;
 }

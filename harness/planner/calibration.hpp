@@ -26,7 +26,8 @@ struct Calibration {
   std::vector<std::string> notes;
 };
 [[nodiscard]] Calibration calibrate(const Report& report);
-// `cluster` with the fitted values applied (FLOP/s; both bandwidths when fitted).
+// `cluster` with the fitted values applied (FLOP/s; both bandwidths when fitted). A fitted FLOP/s is
+// an effective rate (reports carry no per-block times), so it comes with the neutral kernel model.
 [[nodiscard]] Cluster calibrated(const Cluster& cluster, const Calibration& calibration);
 [[nodiscard]] nlohmann::json calibration_to_json(const Calibration& calibration);
 [[nodiscard]] std::string calibration_to_text(const Calibration& calibration);

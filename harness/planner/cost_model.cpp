@@ -92,7 +92,43 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   w.local_pairs = mask_area::local_block_areas(g, e.stream, mask);
   w.segments = mask_area::rank_segments(g, e.stream);
   if (kernel == Kernel::blocks) w.blocks = mask_area::nonempty_blocks(g, e.stream, mask);
+  if (kernel == Kernel::fitted) {
+    // Every block of every rank costs O(W * P); past 2^22 the ranks most likely to be the slowest stand
+    // in for all (the ring and the all-gather wait for the slowest rank).
+    const int64_t n = static_cast<int64_t>(w.pairs.size());
+    if (n * w.P <= (int64_t{1} << 22) || static_cast<size_t>(n) <= kPricedRanks) {
+      for (int64_t r = 0; r < n; ++r) w.priced.push_back(r);
+    } else {
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + 4, order.end(), [&](int64_t a, int64_t b) {
+        return w.pairs[static_cast<size_t>(a)] > w.pairs[static_cast<size_t>(b)] ||
+               (w.pairs[static_cast<size_t>(a)] == w.pairs[static_cast<size_t>(b)] && a < b);
+      });
+      w.priced.assign(order.begin(), order.begin() + 4);
+      for (int64_t r : {int64_t{0}, n - 1, n / 3, 2 * n / 3}) w.priced.push_back(r);
+      std::sort(w.priced.begin(), w.priced.end());
+      w.priced.erase(std::unique(w.priced.begin(), w.priced.end()), w.priced.end());
+    }
+    const mask_area::BlockAreas areas(g, e.stream, mask);
+    for (int64_t r : w.priced) w.block_areas.push_back(areas.of_rank(r));
+  }
   return w;
+}
+
+double unsharded_time(const PlanRequest& r, int64_t row_pairs) {
+  const ModelShape& m = r.model;
+  const double L = static_cast<double>(m.layers), F = r.cluster.attention_flops;
+  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);
+  const double pass = r.pass == Pass::train ? kStepFactor : 1.0;
+  if (r.kernel != Kernel::fitted) return L * pass * unit * static_cast<double>(row_pairs) / F;
+  mask_area::BlockArea row;
+  row.pairs = row_pairs;
+  row.rows = row.keys = r.seq_len;
+  const KernelModel& k = r.cluster.kernel;
+  const HeadShape h{m.heads, m.kv_heads, m.head_dim};
+  const RankKernelTime t = rank_kernel_time(k, F, h, {row}, -1);
+  return L * (r.pass == Pass::train ? t.fwd + t.bwd : t.fwd);
 }
 
 PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w, const std::string& sharder,
@@ -109,17 +145,37 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.padded_seq_len = w.P;
   c.local_tokens = w.s;
   const double s2 = static_cast<double>(w.s) * static_cast<double>(w.s);
-  std::vector<double> work(w.pairs.size()), c_fwd(w.pairs.size()), c_local(w.pairs.size());
+  std::vector<double> work(w.pairs.size());
   for (size_t i = 0; i < w.pairs.size(); ++i) {
     c.attention_flops_per_rank.push_back(L * unit * static_cast<double>(w.pairs[i]));
-    const bool blocks = r.kernel == Kernel::blocks;
-    work[i] = blocks ? static_cast<double>(w.blocks[i]) * s2 : static_cast<double>(w.pairs[i]);
-    const double local = blocks ? (w.local_pairs[i] > 0 ? s2 : 0.0) : static_cast<double>(w.local_pairs[i]);
-    c_fwd[i] = unit * work[i] / F;
-    c_local[i] = unit * local / F;
+    work[i] = r.kernel == Kernel::blocks ? static_cast<double>(w.blocks[i]) * s2 : static_cast<double>(w.pairs[i]);
   }
   c.imbalance = max_over_mean(c.attention_flops_per_rank);
-  c.compute_imbalance = max_over_mean(work);
+
+  // Per priced rank: forward compute, and with the fitted kernel model its backward and merge passes.
+  std::vector<double> c_fwd, c_local, c_bwd, merge_fwd, merge_bwd;
+  if (r.kernel == Kernel::fitted) {
+    const HeadShape h{m.heads, m.kv_heads, m.head_dim};
+    for (size_t i = 0; i < w.priced.size(); ++i) {
+      const RankKernelTime t = rank_kernel_time(r.cluster.kernel, F, h, w.block_areas[i], w.priced[i]);
+      c_fwd.push_back(t.fwd);
+      c_local.push_back(t.local_fwd);
+      c_bwd.push_back(t.bwd);
+      merge_fwd.push_back(t.merge_fwd);
+      merge_bwd.push_back(t.merge_bwd);
+    }
+    std::vector<double> step(c_fwd.size());
+    for (size_t i = 0; i < step.size(); ++i) step[i] = c_fwd[i] + c_bwd[i] + merge_fwd[i] + merge_bwd[i];
+    c.compute_imbalance = w.priced.size() == w.pairs.size() ? max_over_mean(step) : max_over_mean(work);
+  } else {
+    for (size_t i = 0; i < w.pairs.size(); ++i) {
+      const bool blocks = r.kernel == Kernel::blocks;
+      const double local = blocks ? (w.local_pairs[i] > 0 ? s2 : 0.0) : static_cast<double>(w.local_pairs[i]);
+      c_fwd.push_back(unit * work[i] / F);
+      c_local.push_back(unit * local / F);
+    }
+    c.compute_imbalance = max_over_mean(work);
+  }
   const double c_max = *std::max_element(c_fwd.begin(), c_fwd.end());
 
   // Bytes, time and the transport's own memory are the transport's formulas; the planner only feeds
@@ -139,12 +195,19 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   in.latency_s = r.cluster.latency_s;
   in.c_fwd = c_fwd;
   in.c_local = c_local;
+  in.c_bwd = c_bwd;
+  in.merge_fwd = merge_fwd;
+  in.merge_bwd = merge_bwd;
+  if (r.kernel == Kernel::fitted) in.contention = r.cluster.kernel.contention;
   const CallTime ct = t->time_per_call(in);
-  c.bytes_per_rank = m.layers * call_bytes;
-  c.compute_s = L * kStepFactor * c_max;
-  c.transfer_s = L * ct.transfer_s;
-  c.exposed_comm_s = L * ct.exposed_s;
-  c.predicted_step_s = L * ct.step_s;
+  const bool train = r.pass == Pass::train;
+  c.bytes_per_rank = m.layers * (train ? call_bytes : fwd_bytes);
+  // Forward only: the forward's bytes and hops (latency counted once per hop).
+  c.transfer_s = L * (train ? ct.transfer_s
+                            : (W > 1 ? in.fwd_bytes / in.bandwidth + static_cast<double>(W - 1) * in.latency_s : 0.0));
+  c.exposed_comm_s = L * (train ? ct.exposed_s : ct.forward_exposed_s);
+  c.predicted_step_s = L * (train ? ct.step_s : ct.forward_s);
+  c.compute_s = c.predicted_step_s - c.exposed_comm_s;
   c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
   c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
   c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t);

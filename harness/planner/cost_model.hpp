@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/planner/kernel_model.hpp"
 #include "harness/planner/plan_types.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/layout.hpp"
@@ -19,11 +20,17 @@ namespace cpbench::plan {
 // Per (sharder, W): the layout and its work per rank, shared by every transport. Per rank r:
 // pairs[r] visible (q, k) pairs of its queries, local_pairs[r] those against its own keys, blocks[r]
 // non-empty (local queries x one rank's keys) blocks (Kernel::blocks only), segments[r] contiguous
-// one-document runs. P = padded length, s = local tokens.
+// one-document runs. P = padded length, s = local tokens. Kernel::fitted only: priced[i] is a rank
+// whose blocks against every rank are block_areas[i] ([W] each): every rank when W * P <= 2^22, else
+// kPricedRanks ranks that hold the most visible pairs, the two ends and two in between (the kernel model
+// prices those; the slowest rank is assumed among them).
 struct LayoutWork {
   int64_t P = 0, s = 0;
   std::vector<int64_t> pairs, local_pairs, blocks, segments;
+  std::vector<int64_t> priced;
+  std::vector<std::vector<mask_area::BlockArea>> block_areas;
 };
+inline constexpr size_t kPricedRanks = 8;
 
 // Unpacked layouts at one W often pad to the same length and then share the stream and its
 // per-position visible counts; building them is most of a case's cost at 1M tokens. One cache per W.
@@ -57,8 +64,14 @@ class StreamCache {
                                      const MaskSpec& mask, Kernel kernel,
                                      StreamCache& cache);
 
+// The time one device takes for the unsharded row (one call per layer, all layers) under the request's
+// kernel model and pass: what a case's ideal_s divides by W. `row_pairs` = visible pairs of the row,
+// priced as one block of seq_len rows and keys (a causal row of one document is a triangle, a full row
+// dense, any other row masked).
+[[nodiscard]] double unsharded_time(const PlanRequest& r, int64_t row_pairs);
+
 // One case: `sharder`'s work `w` at W moved and timed by `transport` (a registered name), for the
-// request's model, cluster and kernel model; element_size = bytes per K/V element of the request's
+// request's model, cluster, kernel model and pass; element_size = bytes per K/V element of the request's
 // dtype; ideal_s = the unsharded step time / W. Leaves `rank` at 0 (the recommendation ranks).
 [[nodiscard]] PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w,
                                  const std::string& sharder, const std::string& transport, int64_t W, double ideal_s);

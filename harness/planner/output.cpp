@@ -30,6 +30,15 @@ nlohmann::json plan_to_json(const Plan& plan) {
                   {"gpus_per_node", r.cluster.gpus_per_node},
                   {"memory_bytes", r.cluster.memory_bytes}};
   j["kernel"] = to_string(r.kernel);
+  j["pass"] = to_string(r.pass);
+  if (r.kernel == Kernel::fitted) {
+    const KernelModel& k = r.cluster.kernel;
+    j["kernel_model"] = {{"causal_penalty", k.causal_penalty}, {"row_overhead_keys", k.row_overhead_keys},
+                         {"launch_s", k.launch_s},             {"hbm_bandwidth", k.hbm_bandwidth},
+                         {"merge_bytes", k.merge_bytes},       {"dq_bytes", k.dq_bytes},
+                         {"dkv_bytes", k.dkv_bytes},           {"contention", k.contention},
+                         {"source", k.source}};
+  }
   json cases = json::array();
   for (const auto& c : plan.cases) {
     json k = {{"sharder", c.sharder}, {"transport", c.transport}, {"cp", c.cp}};
@@ -85,7 +94,7 @@ std::string plan_to_table(const Plan& plan) {
   os << "cluster " << r.cluster.name << ": " << fmt(r.cluster.attention_flops / 1e12) << " TFLOP/s attention, "
      << fmt(r.cluster.intra_bandwidth / 1e9) << " GB/s intra-node, " << fmt(r.cluster.inter_bandwidth / 1e9)
      << " GB/s inter-node, " << fmt_time(r.cluster.latency_s) << " latency, " << r.cluster.gpus_per_node
-     << " GPUs per node; kernel model " << to_string(r.kernel) << "\n";
+     << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass) << "\n";
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;
     for (const auto& c : plan.cases)

@@ -81,7 +81,7 @@ Plan make_plan(const PlanRequest& request) {
   plan.real_tokens = row.valid_tokens();
   const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);
   plan.total_attention_flops = static_cast<double>(m.layers) * unit * static_cast<double>(row_pairs);
-  const double total_time = kStepFactor * plan.total_attention_flops / r.cluster.attention_flops;
+  const double total_time = unsharded_time(r, row_pairs);
 
   for (int64_t W : r.cps) {
     StreamCache cache;
@@ -95,6 +95,8 @@ Plan make_plan(const PlanRequest& request) {
   }
   if (res.mask.kind == MaskSpec::Kind::document && r.doc_lens.empty())
     plan.notes.push_back("--mask document without --doc-lens / --doc-dist: the row is one document (plain causal)");
+  if (r.pass == Pass::forward)
+    plan.notes.push_back("pass 'forward': steps, bytes and efficiencies cover the forward pass only");
   if (r.kernel == Kernel::blocks)
     plan.notes.push_back(
         "kernel model 'blocks': every non-empty (local queries x one rank's keys) block is computed "

@@ -7,14 +7,18 @@
 //
 //   pairs_r        visible (q, k) pairs of rank r's queries under the mask
 //   fwd FLOPs_r    4 * Hq * d * pairs_r                       (reported per step: x layers)
-//   c_r            fwd FLOPs_r / F       (kernel "pairs"; "blocks": non-empty rank blocks x s^2)
-//   compute        fwd + bwd = kStepFactor (3.5) * c_r        (backward ~ kBackwardFactor = 2.5x forward)
+//   c_r            kernel "fitted" (default): the cluster's kernel model over rank r's blocks, each
+//                  sliced to its active rows and keys and priced by its shape (kernel_model.hpp), with
+//                  backward and merge passes of its own; "pairs": fwd FLOPs_r / F, backward 2.5x;
+//                  "blocks": non-empty rank blocks x s^2 at F
+//   compute        fwd + bwd (Pass::train, default) or fwd (Pass::forward)
 //   bytes, time    the transport's own formulas (kernels/transports/transport.hpp): bytes_per_call and
 //                  forward_bytes_per_call (W, 1, Hkv, s, d, e), then time_per_call (W, c_max, each c_r
 //                  and local-block c_r, both byte counts, B, latency) -> step, exposed, transfer
 //   memory         layers * s * (2 hidden e + 2 Hq d e + 2 Hkv d e + 4 Hq)
 //                  + the transport's peak_activation_bytes (W, layers, Hkv, s, d, e)
-//   ideal          3.5 * 4 Hq d * pairs(unsharded sequence) / F / W;   efficiency = ideal / step
+//   ideal          the unsharded row as one call on one device, same kernel model and pass, / W;
+//                  efficiency = ideal / step
 // with B the intra-node bandwidth when W <= GPUs per node, else the inter-node bandwidth. The planner
 // names no transport: it plans every registered one (known_transports()) unless told which.
 //
@@ -22,6 +26,7 @@
 //   presets        model, cluster and kernel presets; dtype sizes
 //   documents      document mixes drawn from a distribution
 //   plan_types     PlanRequest, PlanCase, Recommendation, Plan
+//   kernel_model   attention time of a rank's blocks (shape, size, launches, merges)
 //   cost_model     per-rank work of a layout, and one case priced by its transport
 //   recommendation ranking at each W and the prose of why
 //   calibration    FLOP/s and bandwidth fitted from a measured report

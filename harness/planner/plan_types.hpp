@@ -20,7 +20,8 @@ struct PlanRequest {
   std::vector<int64_t> cps;             // W values, each >= 1
   std::vector<std::string> sharders;    // empty = every registered layout except local_only and sdpa_wrap
   std::vector<std::string> transports;  // empty = every registered transport (known_transports())
-  Kernel kernel = Kernel::pairs;
+  Kernel kernel = Kernel::fitted;
+  Pass pass = Pass::train;  // what predicted_step_s, ideal_s and efficiency cover
 };
 
 struct PlanCase {
@@ -31,14 +32,14 @@ struct PlanCase {
   double imbalance = 1;                          // max / mean of attention_flops_per_rank
   double compute_imbalance = 1;  // max / mean of the time-relevant work (differs from imbalance for blocks)
   int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, all layers)
-  double compute_s = 0;          // slowest rank's attention fwd + bwd compute per step
+  double compute_s = 0;          // slowest rank's attention compute per step (fwd + bwd, or fwd with Pass::forward)
   double transfer_s = 0;         // time the bytes take on the link, overlapped or not
   double exposed_comm_s = 0;     // communication not hidden behind compute
   int64_t max_segments = 0;      // most contiguous one-document segments on a rank (fragmentation)
   int64_t peak_activation_bytes = 0;
   bool fits_memory = true;
-  double predicted_step_s = 0;  // attention part of a training step (fwd + bwd, all layers)
-  double ideal_s = 0;           // unsharded attention work / W / F
+  double predicted_step_s = 0;  // attention part of a training step (fwd + bwd, all layers; fwd with Pass::forward)
+  double ideal_s = 0;           // one device's time for the unsharded row (same kernel model) / W
   double efficiency = 0;        // ideal_s / predicted_step_s
   int rank = 0;                 // 1 = best at its cp
 };

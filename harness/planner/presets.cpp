@@ -16,21 +16,66 @@ const std::vector<ModelShape>& model_presets() {
   return all;
 }
 
+namespace {
+
+// The kernel model fitted to ring-flash-attention's published 8 x H800 fwd + bwd table (docs/planner.md,
+// "The kernel model"; PlanKernelModel.* in tests/unit/plan_test.cpp): causal_penalty and contention
+// are fitted (least squares on the three efficiencies, F from the "theoretic" step); the others are
+// priors. FlashAttention-2's forward sweep reaches ~71% / ~91% of its 16K-token rate at 512 / 2K keys
+// per row: k / (k + 200). launch 10 us: a kernel launch plus the host work around one block call.
+// Merge bytes per element, counted from the passes of a torch-level fp32 merge (ring-flash-attention's
+// _update_out_and_lse: convert 6, subtract 12, scale 8, subtract 12 = 38) and of the backward (FA2's
+// dO.O and dQ-accumulator passes 14 + dq += 10 = 24; dk, dv += 10 each). HBM: ~90% of the spec.
+KernelModel fitted_kernel(double hbm_bandwidth, const std::string& source) {
+  KernelModel k;
+  k.causal_penalty = 1.1325;
+  k.row_overhead_keys = 200;
+  k.launch_s = 10e-6;
+  k.hbm_bandwidth = hbm_bandwidth;
+  k.merge_bytes = 38;
+  k.dq_bytes = 24;
+  k.dkv_bytes = 10;
+  k.contention = 0.59;
+  k.source = source;
+  return k;
+}
+
+}  // namespace
+
 const std::vector<Cluster>& cluster_presets() {
   // Achieved bf16 attention FLOP/s of FlashAttention-3-class kernels on Hopper (~600 TFLOP/s forward,
   // peers-and-limits §9.4); H200 is the same GH100 compute with more HBM. NVLink 4: ~400 GB/s per GPU
-  // and direction in practice; 400 Gb/s InfiniBand: one NIC per GPU, 50 GB/s.
+  // and direction in practice; 400 Gb/s InfiniBand: one NIC per GPU, 50 GB/s. H800: NVLink cut to
+  // 400 GB/s bidirectional (200 GB/s per direction); its F is the kernel fit's dense-block peak of a
+  // FlashAttention-2 kernel (ring-flash-attention's setting).
+  static const std::string carried =
+      "fitted on ring-flash-attention's 8 x H800 table; dimensionless constants carried over, F and HBM of this GPU";
   static const std::vector<Cluster> all = {
       {"h100-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 80e9,
-       "H100 SXM 80 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)"},
+       "H100 SXM 80 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
+       fitted_kernel(3.0e12, carried)},
       {"h200-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 141e9,
-       "H200 SXM 141 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)"},
+       "H200 SXM 141 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
+       fitted_kernel(4.3e12, carried)},
       {"h100-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 80e9,
-       "H100 SXM 80 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)"},
+       "H100 SXM 80 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
+       fitted_kernel(3.0e12, carried)},
       {"h200-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 141e9,
-       "H200 SXM 141 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)"},
+       "H200 SXM 141 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
+       fitted_kernel(4.3e12, carried)},
+      {"h800-nvlink", 338.3e12, 200e9, 200e9, 5e-6, 8, 80e9,
+       "H800 SXM 80 GB, 8 on NVLink at 200 GB/s per direction, FlashAttention-2 kernels (ring-flash-attention's "
+       "benchmark machine)",
+       fitted_kernel(3.0e12, "fitted on ring-flash-attention's 8 x H800 fwd + bwd table")},
   };
   return all;
+}
+
+std::string default_cluster(const std::vector<int64_t>& cps) {
+  const Cluster nvlink = cluster_preset("h100-nvlink");
+  for (int64_t W : cps)
+    if (W > nvlink.gpus_per_node) return "h100-ib400";
+  return nvlink.name;
 }
 
 ModelShape model_preset(const std::string& name) {
@@ -56,12 +101,31 @@ Cluster cluster_preset(const std::string& name) {
 }
 
 Kernel parse_kernel(const std::string& text) {
+  if (text == "fitted") return Kernel::fitted;
   if (text == "pairs") return Kernel::pairs;
   if (text == "blocks") return Kernel::blocks;
-  throw UsageError("--kernel: unknown kernel model '" + text + "' (known: pairs, blocks)");
+  throw UsageError("--kernel: unknown kernel model '" + text + "' (known: fitted, pairs, blocks)");
 }
 
-std::string to_string(Kernel k) { return k == Kernel::pairs ? "pairs" : "blocks"; }
+std::string to_string(Kernel k) {
+  switch (k) {
+    case Kernel::fitted:
+      return "fitted";
+    case Kernel::pairs:
+      return "pairs";
+    case Kernel::blocks:
+      return "blocks";
+  }
+  return "?";
+}
+
+Pass parse_pass(const std::string& text) {
+  if (text == "train") return Pass::train;
+  if (text == "forward") return Pass::forward;
+  throw UsageError("--pass: unknown pass '" + text + "' (known: train, forward)");
+}
+
+std::string to_string(Pass p) { return p == Pass::train ? "train" : "forward"; }
 
 int64_t dtype_size(const std::string& d) {
   if (d == "bf16" || d == "bfloat16" || d == "fp16" || d == "float16") return 2;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/planner/kernel_model.hpp"
+
 namespace cpbench::plan {
 
 // Attention dimensions of a model.
@@ -13,8 +15,9 @@ struct ModelShape {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
 
-// One GPU type and its links. attention_flops is the achieved forward attention FLOP/s of the kernel
-// (fwd + bwd take kStepFactor = 3.5x the forward time); bandwidths are per GPU and direction.
+// One GPU type and its links. attention_flops is the forward attention FLOP/s of the kernel: the peak
+// rate of dense blocks under the fitted kernel model (`kernel`), the achieved rate under `--kernel
+// pairs|blocks` (fwd + bwd take kStepFactor = 3.5x the forward time); bandwidths are per GPU and direction.
 struct Cluster {
   std::string name = "custom";
   double attention_flops = 0;  // FLOP/s
@@ -24,6 +27,7 @@ struct Cluster {
   int64_t gpus_per_node = 8;
   double memory_bytes = 0;  // device memory (0 = unknown, not checked)
   std::string description;
+  KernelModel kernel;  // constants of the fitted kernel model (docs/planner.md, "The kernel model")
 };
 
 [[nodiscard]] const std::vector<ModelShape>& model_presets();
@@ -31,13 +35,22 @@ struct Cluster {
 // Also accepts cpbench's own test models ("tiny", "small"). Unknown names: UsageError listing them.
 [[nodiscard]] ModelShape model_preset(const std::string& name);
 [[nodiscard]] Cluster cluster_preset(const std::string& name);
+// The preset `cpbench plan` uses without --cluster: the all-NVLink H100 preset while every W fits in
+// one node of it, else the InfiniBand one (nodes joined by 50 GB/s links, not NVLink).
+[[nodiscard]] std::string default_cluster(const std::vector<int64_t>& cps);
 
-// How attention time follows the mask. pairs: time ~ visible pairs (FlashAttention-style kernels that
-// skip masked tiles). blocks: every (local queries x one rank's keys) block with any visible pair is
-// computed in full (cpbench's own CPU transports).
-enum class Kernel { pairs, blocks };
+// How attention time follows the mask. fitted (default): the cluster's kernel model, block by block
+// (harness/planner/kernel_model.hpp). pairs: time ~ visible pairs at the cluster's FLOP/s, no overheads
+// (FlashAttention-style kernels that skip masked tiles, ideally). blocks: every (local queries x one
+// rank's keys) block with any visible pair is computed in full (cpbench's own CPU transports).
+enum class Kernel { fitted, pairs, blocks };
 [[nodiscard]] Kernel parse_kernel(const std::string& text);
 [[nodiscard]] std::string to_string(Kernel kernel);
+
+// What a predicted step is: train = forward + backward (default), forward = the forward pass alone.
+enum class Pass { train, forward };
+[[nodiscard]] Pass parse_pass(const std::string& text);
+[[nodiscard]] std::string to_string(Pass pass);
 
 // Element size of a dtype name: bf16/bfloat16, fp16/float16 -> 2, fp32/float32 -> 4, fp64/float64 -> 8.
 [[nodiscard]] int64_t dtype_size(const std::string& dtype);

@@ -165,27 +165,31 @@ class AllGatherTransport final : public Transport {
     return (cp - 1) * kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
   }
 
-  // The K/V all-gather (ring algorithm, W-1 hops) overlaps only the local block; the dK/dV
-  // reduce-scatter runs after every block's gradients, fully exposed.
+  // The K/V all-gather (ring algorithm, W-1 hops) overlaps only the local block, which it slows by
+  // `contention` x its transfer; the dK/dV reduce-scatter runs after every block's gradients, fully
+  // exposed.
   [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
     CallTime t;
-    if (in.cp <= 1) {
-      t.step_s = kStepFactor * in.c_fwd_max;
-      return t;
-    }
+    const RankPassTimes p = rank_pass_times(in);
+    t.forward_s = p.fwd_max;
+    t.step_s = p.fwd_max + p.bwd_max;
+    if (in.cp <= 1) return t;
     CP_CHECK(in.c_local.empty() || in.c_local.size() == in.c_fwd.size(), "allgather time_per_call: ", in.c_local.size(),
              " local-block times for ", in.c_fwd.size(), " ranks");
-    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth, c_max = in.c_fwd_max;
+    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth;
     const double t_ag = hops * a + in.fwd_bytes / B, t_rs = hops * a + in.bwd_bytes / B;
-    const double only[] = {c_max};
-    const std::span<const double> c = in.c_fwd.empty() ? std::span<const double>(only) : in.c_fwd;
-    double worst = 0;
-    for (size_t r = 0; r < c.size(); ++r) {
-      const double local = in.c_local.empty() ? c[r] / static_cast<double>(in.cp) : in.c_local[r];
-      worst = std::max(worst, std::max(t_ag, local) + (c[r] - local) + kBackwardFactor * c[r]);
+    double worst = 0, worst_f = 0;
+    for (size_t r = 0; r < p.fwd.size(); ++r) {
+      const double c = in.c_fwd.empty() ? in.c_fwd_max : in.c_fwd[r];
+      const double local = in.c_local.empty() ? c / static_cast<double>(in.cp) : in.c_local[r];
+      const double fwd = std::max(t_ag, local + in.contention * t_ag) + (p.fwd[r] - local);
+      worst_f = std::max(worst_f, fwd);
+      worst = std::max(worst, fwd + p.bwd[r]);
     }
+    t.forward_s = worst_f;
+    t.forward_exposed_s = worst_f - p.fwd_max;
     t.step_s = worst + t_rs;
-    t.exposed_s = t.step_s - kStepFactor * c_max;
+    t.exposed_s = t.step_s - (p.fwd_max + p.bwd_max);
     t.transfer_s = t_ag + t_rs;
     return t;
   }

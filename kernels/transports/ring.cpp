@@ -207,20 +207,23 @@ class RingTransport final : public Transport {
   }
 
   // Each of the W-1 hops carries one block while the rank computes on the one it holds; the slowest
-  // rank's work is assumed spread evenly over its W steps, so a hop is exposed only by what it takes
-  // beyond one step's compute.
+  // rank's work (per pass) is assumed spread evenly over its W steps, so a hop is exposed by what it
+  // takes beyond one step's compute, and a hidden hop still slows that step by `contention` x its
+  // transfer (the copy shares HBM and SMs with the kernels).
   [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
     CallTime t;
-    if (in.cp <= 1) {
-      t.step_s = kStepFactor * in.c_fwd_max;
-      return t;
-    }
-    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth, c_max = in.c_fwd_max;
-    const double hop_f = a + in.fwd_bytes / hops / B, hop_b = a + in.bwd_bytes / hops / B;
-    const double step_f = c_max / static_cast<double>(in.cp), step_b = kBackwardFactor * step_f;
-    t.exposed_s = hops * (std::max(0.0, hop_f - step_f) + std::max(0.0, hop_b - step_b));
-    t.transfer_s = hops * (hop_f + hop_b);
-    t.step_s = kStepFactor * c_max + t.exposed_s;
+    const RankPassTimes p = rank_pass_times(in);
+    t.forward_s = p.fwd_max;
+    t.step_s = p.fwd_max + p.bwd_max;
+    if (in.cp <= 1) return t;
+    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth;
+    const double x_f = in.fwd_bytes / hops / B, x_b = in.bwd_bytes / hops / B;
+    const double step_f = p.fwd_max / static_cast<double>(in.cp), step_b = p.bwd_max / static_cast<double>(in.cp);
+    t.forward_exposed_s = hops * std::max(in.contention * x_f, a + x_f - step_f);
+    t.exposed_s = t.forward_exposed_s + hops * std::max(in.contention * x_b, a + x_b - step_b);
+    t.transfer_s = hops * (2 * a + x_f + x_b);
+    t.forward_s += t.forward_exposed_s;
+    t.step_s += t.exposed_s;
     return t;
   }
 

@@ -62,14 +62,32 @@ struct CallCostInputs {
   std::span<const double> c_fwd;    // s, every rank's forward compute; empty: one rank at c_fwd_max
   std::span<const double> c_local;  // s, each rank's forward against its own keys (same size as
                                     // c_fwd); empty: c_fwd[r] / W
+  // Optional, from the planner's kernel model (harness/planner/kernel_model.hpp); each empty or the
+  // size of c_fwd, for the same ranks (every rank, or a subset that holds the slowest):
+  std::span<const double> c_bwd;      // s, each rank's backward compute; empty: kBackwardFactor * c_fwd[r]
+  std::span<const double> merge_fwd;  // s, each rank's forward merge passes (fp32 partial outputs by
+                                      // log-sum-exp, one per block); empty: 0
+  std::span<const double> merge_bwd;  // s, each rank's backward accumulation passes (dQ, dK, dV); empty: 0
+  double contention = 0;              // s of compute lost per s of link transfer that overlaps compute
 };
 
-// Predicted time of one attention call, fwd + bwd, in seconds. step_s includes kStepFactor * c_fwd_max
-// of compute; exposed_s is the communication not hidden behind it (step_s - that compute);
-// transfer_s the time the bytes need on the link, overlapped or not.
+// Predicted time of one attention call, fwd + bwd, in seconds. step_s includes the slowest rank's
+// compute (kStepFactor * c_fwd_max without the optional inputs; else its forward + backward compute and
+// merges); exposed_s is the communication not hidden behind it (step_s - that compute); transfer_s the
+// time the bytes need on the link, overlapped or not. forward_s and forward_exposed_s: the same for the
+// forward pass alone (an inference call), forward_s <= step_s.
 struct CallTime {
   double step_s = 0, exposed_s = 0, transfer_s = 0;
+  double forward_s = 0, forward_exposed_s = 0;
 };
+
+// Per rank of CallCostInputs: forward time (compute + merges) and backward time, honouring the
+// defaults documented there. Shared by the transports' formulas.
+struct RankPassTimes {
+  std::vector<double> fwd, bwd;  // s, same ranks as in.c_fwd (one rank at c_fwd_max when c_fwd is empty)
+  double fwd_max = 0, bwd_max = 0;
+};
+[[nodiscard]] RankPassTimes rank_pass_times(const CallCostInputs& in);
 
 // One rank's share of a model's attention path, for the transport's activation memory.
 struct ActivationShape {
@@ -119,9 +137,12 @@ class Transport {
 // size max(4, element_size)), a = latency, Bw = bandwidth, c = c_fwd_max, per call:
 //   bytes (fwd + bwd)   allgather (W-1)*(kv + dkv)                ring (W-1)*(2*kv + dkv)
 //   forward bytes       allgather (W-1)*kv                        ring (W-1)*kv
-//   step_s              allgather max_r [max(T_ag, local_r) + c_r - local_r + 2.5 c_r] + T_rs,
+//   step_s              allgather max_r [max(T_ag, local_r + w T_ag) + f_r - local_r + b_r] + T_rs,
 //                                 T_ag = (W-1) a + fwd/Bw, T_rs = (W-1) a + bwd/Bw
-//                       ring      3.5 c + (W-1) [max(0, a + fwd/(W-1)/Bw - c/W) + max(0, a + bwd/(W-1)/Bw - 2.5 c/W)]
+//                       ring      f + b + (W-1) [max(w x_f, a + x_f - f/W) + max(w x_b, a + x_b - b/W)],
+//                                 x_f = fwd/(W-1)/Bw, x_b = bwd/(W-1)/Bw
+//   with f_r = c_fwd_r + merge_fwd_r, b_r = c_bwd_r + merge_bwd_r (defaults: c_r and 2.5 c_r), f and b
+//   their maxima over ranks, w = contention (0 by default: the formulas of a pure pairs model)
 //   peak activation     allgather layers*(W-1)*kv + W*dkv         ring 2*kv + 2*dkv
 //
 // Registry (kernels/transports/registry.cpp): a transport is one file here plus one line there; the

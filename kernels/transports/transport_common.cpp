@@ -1,5 +1,6 @@
 #include "kernels/transports/transport_common.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -199,3 +200,33 @@ std::string common_unsupported_reason(const MaskSpec& mask, const at::TensorOpti
 }
 
 }  // namespace cpbench::kernels
+
+namespace cpbench {
+
+RankPassTimes rank_pass_times(const CallCostInputs& in) {
+  const auto check = [&](std::span<const double> v, const char* name) {
+    CP_CHECK(v.empty() || v.size() == in.c_fwd.size(), "time_per_call: ", v.size(), " values of ", name, " for ",
+             in.c_fwd.size(), " ranks");
+  };
+  check(in.c_bwd, "c_bwd");
+  check(in.merge_fwd, "merge_fwd");
+  check(in.merge_bwd, "merge_bwd");
+  RankPassTimes t;
+  if (in.c_fwd.empty()) {
+    t.fwd = {in.c_fwd_max};
+    t.bwd = {kBackwardFactor * in.c_fwd_max};
+  } else {
+    for (size_t r = 0; r < in.c_fwd.size(); ++r) {
+      t.fwd.push_back(in.c_fwd[r] + (in.merge_fwd.empty() ? 0.0 : in.merge_fwd[r]));
+      t.bwd.push_back((in.c_bwd.empty() ? kBackwardFactor * in.c_fwd[r] : in.c_bwd[r]) +
+                      (in.merge_bwd.empty() ? 0.0 : in.merge_bwd[r]));
+    }
+  }
+  for (size_t r = 0; r < t.fwd.size(); ++r) {
+    t.fwd_max = std::max(t.fwd_max, t.fwd[r]);
+    t.bwd_max = std::max(t.bwd_max, t.bwd[r]);
+  }
+  return t;
+}
+
+}  // namespace cpbench

@@ -4,7 +4,8 @@
 //                                over lognormal documents (mean 4096). The target: well under a second.
 //   BM_PlanSharder_1M_W1024/<s>  one sharder's share of it (layout + per-rank work + every transport)
 //   BM_Plan_128K_Llama8B         the README example: 131,072 tokens at W = 8, 16, 64
-// Counters: cases planned, and seconds per case.
+// Counters: cases planned, and seconds per case. The default kernel model (fitted) prices 8 ranks block
+// by block at W = 1024 (docs/planner.md, "Scale").
 #include <benchmark/benchmark.h>
 
 #include "harness/planner/plan.hpp"
