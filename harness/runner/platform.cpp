@@ -37,13 +37,22 @@ std::map<std::string, std::string> platform_info(int world_size, int local_world
   p["gpu_count"] = std::to_string(gpus);
   p["gpu_name"] = gpus > 0 ? at::cuda::getDeviceProperties(0)->name : "n/a";
   p["driver"] = gpus > 0 ? driver_version() : "n/a";
-  p["cuda_runtime"] = hooks.hasCUDA() ? cuda_version(hooks.versionCUDART()) : "n/a";
-  const long cudnn = hooks.hasCuDNN() ? hooks.versionCuDNN() : 0;
+  // The build's versions, known without a GPU when LibTorch is a CUDA build (the hooks throw otherwise).
+  const auto ask = [](auto f) {
+    try {
+      return static_cast<long>(f());
+    } catch (const std::exception&) {
+      return 0L;
+    }
+  };
+  const long cudart = ask([&] { return hooks.versionCUDART(); });
+  p["cuda_runtime"] = cuda_version(cudart);
+  const long cudnn = ask([&] { return hooks.versionCuDNN(); });
   p["cudnn"] = cudnn > 0 ? std::to_string(cudnn / 10000) + "." + std::to_string((cudnn % 10000) / 100) + "." +
                                std::to_string(cudnn % 100)
                          : "n/a";
   p["nccl"] = comm::nccl_version();
-  p["torch_build"] = std::string(TORCH_VERSION) + (hooks.hasCUDA() ? " (CUDA build)" : " (CPU only)");
+  p["torch_build"] = std::string(TORCH_VERSION) + (cudart > 0 ? " (CUDA " + cuda_version(cudart) + " build)" : " (CPU only)");
   const int local = std::max(1, local_world_size);
   p["local_world_size"] = std::to_string(local);
   p["nodes"] = std::to_string((world_size + local - 1) / local);

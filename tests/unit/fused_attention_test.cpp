@@ -51,7 +51,9 @@ std::vector<Block> blocks() {
   v.push_back({"head-tail diagonal", causal, meta(r0, B), meta(r0, B), true});
   v.push_back({"head-tail off-diagonal (rectangle)", causal, meta(r1, B), meta(r0, B)});
   v.push_back({"head-tail off-diagonal (rows)", causal, meta(r0, B), meta(r1, B)});
-  v.push_back({"head-tail trimmed", causal, meta(r0, B), meta(r1, B), false, true});
+  // Every other query row sees all the keys, the others none: rows trimmed (plan_block of the mask).
+  const at::Tensor alternating = at::arange(S) + (at::arange(S) % 2) * 10000;
+  v.push_back({"trimmed rows", causal, meta(alternating, B), meta(at::arange(S) + 5000, B), false, true});
   v.push_back({"full", MaskSpec::parse("full"), meta(at::arange(S), B), meta(at::arange(S) + 7, B)});
   // striped, W = 2: rank 1 against rank 0's keys: j <= i (a triangle including its diagonal) ...
   v.push_back({"striped", causal, meta(at::arange(S) * 2 + 1, B), meta(at::arange(S) * 2, B)});
