@@ -96,6 +96,14 @@ void TransportState::count_route(KernelRoute r) const {
 namespace {
 std::atomic<int64_t> g_metadata_plans{0};
 
+bool same_field(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() == b.defined() && (!a.defined() || a.equal(b));
+}
+bool same_tokens(const TokenMeta& a, const TokenMeta& b) {
+  return same_field(a.pos, b.pos) && same_field(a.segment, b.segment) && same_field(a.doc, b.doc) &&
+         same_field(a.valid, b.valid);
+}
+
 bool row_constant(const at::Tensor& t) {
   return !t.defined() || t.size(1) == 0 || t.eq(t.narrow(1, 0, 1)).all().item<bool>();
 }
@@ -125,8 +133,11 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
   for (int src = 0; src < world; ++src) {
     // The diagonal causal block is planned without its mask (O(S^2) bytes that only the tiled
     // fallback would read).
-    BlockPlan p = src == rank && causal_diag ? causal_block_plan(batch_, tokens_)
-                                             : plan_block(mask, q, k_all.narrow(1, src * tokens_, tokens_));
+    // Only when the key block's metadata is the queries' own (it should be, for src == rank; a
+    // caller's metadata that says otherwise is planned by the rule, not assumed).
+    const TokenMeta k = k_all.narrow(1, src * tokens_, tokens_);
+    BlockPlan p = src == rank && causal_diag && same_tokens(q, k) ? causal_block_plan(batch_, tokens_)
+                                                                  : plan_block(mask, q, k);
     g_metadata_plans.fetch_add(1);
     if (!device.is_cpu()) {
       if (p.rows.defined()) p.rows = p.rows.to(device);
