@@ -44,7 +44,7 @@ json to_json(const RunResult& r) {
   json ranks = json::array();
   for (const auto& s : r.ranks)
     ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
-                     {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}});
+                     {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s}});
   j["ranks"] = ranks;
   return j;
 }
@@ -88,7 +88,7 @@ RunResult run_result_from_json(const json& j) {
     r.metrics.push_back({name, m.value("value", 0.0), m.value("unit", ""), m.value("spread", 0.0)});
   for (const auto& s : j.value("ranks", json::array()))
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
-                       s.value("bytes_sent", 0.0), s.value("comm_s", 0.0)});
+                       s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0)});
   return r;
 }
 
@@ -101,7 +101,7 @@ json to_json(const Report& r) {
                       {"torch_version", r.env.torch_version},     {"device", r.env.device},
                       {"cuda_available", r.env.cuda_available},   {"world_size", r.env.world_size},
                       {"host", r.env.host},                       {"started_at", r.env.started_at},
-                      {"launcher", r.env.launcher}};
+                      {"launcher", r.env.launcher},               {"platform", r.env.platform}};
   j["partial"] = r.partial;
   if (!r.partial_reason.empty()) j["partial_reason"] = r.partial_reason;
   j["total_cases"] = r.total_cases;
@@ -139,6 +139,7 @@ Report report_from_json(const json& j) {
   r.env.host = e.value("host", "");
   r.env.started_at = e.value("started_at", "");
   r.env.launcher = e.value("launcher", "");
+  r.env.platform = e.value("platform", std::map<std::string, std::string>{});
   r.partial = j.value("partial", false);
   r.partial_reason = j.value("partial_reason", "");
   r.total_cases = j.value("total_cases", 0);

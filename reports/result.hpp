@@ -49,7 +49,8 @@ struct RankStats {
   double attention_s = 0;      // median per step: attention maths only (not time blocked in communication)
   double attention_flops = 0;  // per step (forward), under the actual mask
   double bytes_sent = 0;       // per step
-  double comm_s = 0;           // per step, exposed
+  double comm_s = 0;           // per step, exposed: time the compute waited for communication
+  double transfer_s = 0;       // per step, time communication was in flight (overlapped or not)
 };
 
 struct RunResult {
@@ -77,6 +78,9 @@ struct Environment {
   bool cuda_available = false;
   int world_size = 0;  // largest world size used
   std::string launcher;  // "spawned" | "joined"
+  // GPU name and count, driver, CUDA runtime, NCCL, cuDNN, torch build, nodes, ranks per node
+  // (harness/runner/platform.hpp); "n/a" where unknown.
+  std::map<std::string, std::string> platform;
 };
 
 struct Report {

@@ -215,7 +215,13 @@ std::string markdown_report(const Report& rep) {
      << (rep.env.cuda_available ? "available" : "not available") << "\n- host " << rep.env.host << ", world size up to "
      << rep.env.world_size << ", ranks " << rep.env.launcher << ", started " << rep.env.started_at << "\n- "
      << count_status(rep, "ok") << " ok, " << count_status(rep, "failed") << " failed, " << count_status(rep, "skipped")
-     << " skipped\n\n";
+     << " skipped\n";
+  if (!rep.env.platform.empty()) {
+    os << "- platform:";
+    for (const auto& [k, v] : rep.env.platform) os << " " << k << " `" << v << "`;";
+    os << "\n";
+  }
+  os << "\n";
   os << "## Cases\n\n| case | status | outcome | tokens/s | step (s) | spread | attention imbalance (flops) | attention imbalance (time) | bytes/rank | worst err/bound | mismatches |\n";
   os << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rep.results) {

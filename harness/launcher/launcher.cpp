@@ -278,6 +278,19 @@ std::optional<RankEnv> rank_env_from_environment() {
   env.rank = parse_env_int("RANK", *rank);
   env.world_size = parse_env_int("WORLD_SIZE", *world);
   env.local_rank = getenv_str("LOCAL_RANK") ? parse_env_int("LOCAL_RANK", *getenv_str("LOCAL_RANK")) : env.rank;
+  env.local_world_size = getenv_str("LOCAL_WORLD_SIZE")
+                             ? parse_env_int("LOCAL_WORLD_SIZE", *getenv_str("LOCAL_WORLD_SIZE"))
+                             : env.world_size;
+  for (const char* name : {"NODE_RANK", "GROUP_RANK", "SLURM_NODEID"}) {
+    if (auto v = getenv_str(name)) {
+      env.node_rank = parse_env_int(name, *v);
+      break;
+    }
+  }
+  CP_CHECK_USAGE(env.local_world_size >= 1 && env.local_world_size <= env.world_size && env.local_rank >= 0 &&
+                     env.local_rank < env.local_world_size,
+                 "LOCAL_RANK=", env.local_rank, " / LOCAL_WORLD_SIZE=", env.local_world_size,
+                 " do not fit WORLD_SIZE=", env.world_size);
   env.master_addr = getenv_str("MASTER_ADDR").value_or("127.0.0.1");
   auto port = getenv_str("MASTER_PORT");
   CP_CHECK_USAGE(port || env.world_size == 1, "MASTER_PORT must be set when WORLD_SIZE=", env.world_size);

@@ -66,8 +66,10 @@ void kill_running_ranks() noexcept;
 // The torchrun-style environment of a rank started by launch() or by an external launcher.
 struct RankEnv {
   int rank = 0;
-  int local_rank = 0;
+  int local_rank = 0;        // LOCAL_RANK (default RANK): the GPU this rank binds
   int world_size = 1;
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE (default WORLD_SIZE: one node): ranks on this node
+  int node_rank = 0;         // NODE_RANK or GROUP_RANK (torchrun), SLURM_NODEID; else 0
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
 };

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "harness/model/data.hpp"
+#include "harness/runner/device_choice.hpp"
 #include "harness/model/model.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
@@ -113,6 +115,7 @@ struct CaseContext {
   int cp_rank = 0, dp_index = 0;
   at::Device device = at::kCPU;
   bool cuda = false;
+  bool shared_gpu = false;
   std::optional<comm::ProcessGroup> cp_pg, world_pg;
   comm::Communicator comm;
   GlobalData data;
@@ -140,25 +143,27 @@ void setup_case(CaseContext& x, RankRuntime& rt) {
   x.dp_index = rt.rank / cp;
   x.cp_rank = rt.rank % cp;
   x.cuda = x.s.device == DeviceKind::cuda;
-  comm::BackendKind kind = comm::BackendKind::gloo;
+  const DeviceChoice dc = choose_device(x.cuda, rt.local_rank, rt.local_world_size,
+                                        x.cuda ? static_cast<int>(torch::cuda::device_count()) : 0, x.s.share_gpu);
+  const comm::BackendKind kind = dc.backend;
+  x.shared_gpu = dc.shared_gpu;
+  std::optional<at::Device> bound;
   if (x.cuda) {
-    const int n = static_cast<int>(torch::cuda::device_count());
-    x.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rt.local_rank % n));
-    c10::cuda::set_device(x.device.index());  // NCCL binds the communicator to the current device
-    // NCCL needs one GPU per rank; ranks sharing a GPU talk over Gloo (reported in the axes).
-    if (n >= rt.world_size) kind = comm::BackendKind::nccl;
+    x.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dc.device_index));
+    c10::cuda::set_device(x.device.index());
+    if (kind == comm::BackendKind::nccl) bound = x.device;
   }
   const auto timeout = std::chrono::milliseconds(x.s.timeout_s * 1000);
   std::vector<int> cp_ranks;
   for (int i = 0; i < cp; ++i) cp_ranks.push_back(x.dp_index * cp + i);
   const std::string tag = "case" + std::to_string(c.index);
   x.cp_pg.emplace(comm::ProcessGroup::create(rt.store, tag + "/cp" + std::to_string(x.dp_index), cp_ranks, rt.rank,
-                                             kind, timeout));
+                                             kind, timeout, 1, bound));
   x.comm = comm::Communicator(x.cp_pg->backend_ptr());
   if (c.dp > 1) {
     std::vector<int> all(rt.world_size);
     for (int i = 0; i < rt.world_size; ++i) all[i] = i;
-    x.world_pg.emplace(comm::ProcessGroup::create(rt.store, tag + "/world", all, rt.rank, kind, timeout));
+    x.world_pg.emplace(comm::ProcessGroup::create(rt.store, tag + "/world", all, rt.rank, kind, timeout, 1, bound));
   }
   x.data = make_global_data(x.s.batch, x.s.model, c.dtype, x.device, static_cast<uint64_t>(x.dp_index));
   x.model = TinyTransformer(x.s.model, c.dtype, x.device);
@@ -278,6 +283,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
   Sharder sharder(x.layout, SharderOptions{c.cp, x.cp_rank, x.s.batch.padding_token_id, c.mask, 0});
   Batch local;
   TokenMeta local_meta, all_meta;
+  std::shared_ptr<const kernels::PlanCache> plans;
   {
     nvtx::Range range{x.nvtx, "shard"};
     local = sharder.shard(x.data.batch);
@@ -285,12 +291,16 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     // rank's gathered in rank order (the layout's local order per rank).
     local_meta = sharder.attention_meta(local).to(x.device);
     all_meta = gather_meta(x.comm, local_meta);
+    // Block plans for the whole step, from the metadata on the host (one copy from the device under
+    // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
+    if (x.routing != AttentionRouting::local_only)
+      plans = make_plan_cache(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
   }
   x.sync();
   t.shard = seconds_since(t0);
 
   t0 = clock_type::now();
-  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx};
+  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false};
   AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return x.transport->attend(q, k, v, ctx);
   };
@@ -444,8 +454,9 @@ std::vector<TensorError> worse_of(std::vector<TensorError> first, const std::vec
 
 // The timed steps' samples.
 struct Timings {
-  std::vector<double> total, shard, fwd, bwd, gath, attn_s, comm_s;
+  std::vector<double> total, shard, fwd, bwd, gath, attn_s, comm_s, transfer_s;
   double flops = 0, bytes = 0;
+  std::map<std::string, int64_t> kernel_blocks;  // per step
   int64_t pairs = 0;
 };
 
@@ -462,6 +473,8 @@ Timings time_steps(CaseContext& x, AttentionStats& stats) {
     // Compute only: time blocked in the ring's exchanges waits for the slowest peer and would hide it.
     m.attn_s.push_back(t.attn.compute_seconds);
     m.comm_s.push_back(t.attn.comm_seconds);
+    m.transfer_s.push_back(t.attn.transfer_seconds);
+    m.kernel_blocks = t.attn.kernel_blocks;
     m.flops = t.attn.flops;
     m.bytes = static_cast<double>(t.attn.bytes_sent);
     m.pairs = t.attn.visible_pairs;
@@ -497,7 +510,12 @@ void record(const CaseContext& x, const Timings& m, const at::Tensor& per_rank, 
   res.metrics.push_back({"phase_forward_s", median(m.fwd), "s", spread(m.fwd)});
   res.metrics.push_back({"phase_backward_s", median(m.bwd), "s", spread(m.bwd)});
   res.metrics.push_back({"phase_gather_s", median(m.gath), "s", spread(m.gath)});
-  res.metrics.push_back({"phase_attention_comm_s", median(m.comm_s), "s", spread(m.comm_s)});
+  // Exposed: the time the compute waited for communication; transfer: the time it was in flight.
+  res.metrics.push_back({"attention_exposed_comm_s", median(m.comm_s), "s", spread(m.comm_s)});
+  res.metrics.push_back({"attention_transfer_s", median(m.transfer_s), "s", spread(m.transfer_s)});
+  // The kernel each block used (fused_attention.hpp routes), blocks per step on this rank.
+  for (const auto& [route, n] : m.kernel_blocks)
+    res.metrics.push_back({"attention_blocks_" + route, static_cast<double>(n), "blocks", 0});
   if (x.cp_rank == 0) res.metrics.push_back({"reference_step_s", reference_s, "s", 0});
   double max_f = 0, sum_f = 0, max_t = 0, sum_t = 0, max_b = 0, max_comm = 0;
   for (int64_t r = 0; r < c.cp; ++r) {
@@ -507,18 +525,21 @@ void record(const CaseContext& x, const Timings& m, const at::Tensor& per_rank, 
     rs.attention_flops = per_rank[r][1].item<double>();
     rs.bytes_sent = per_rank[r][2].item<double>();
     rs.comm_s = per_rank[r][3].item<double>();
+    rs.transfer_s = per_rank[r][5].item<double>();
     res.ranks.push_back(rs);
     max_f = std::max(max_f, rs.attention_flops);
     sum_f += rs.attention_flops;
     max_t = std::max(max_t, rs.attention_s);
     sum_t += rs.attention_s;
     max_b = std::max(max_b, rs.bytes_sent);
-    max_comm = std::max(max_comm, rs.comm_s);
+    max_comm = std::max(max_comm, rs.transfer_s);
   }
   const double n = static_cast<double>(c.cp);
   res.metrics.push_back({"attention_flops_imbalance", sum_f > 0 ? max_f / (sum_f / n) : 1.0, "ratio", 0});
   res.metrics.push_back({"attention_time_imbalance", sum_t > 0 ? max_t / (sum_t / n) : 1.0, "ratio", 0});
   res.metrics.push_back({"bytes_sent_per_rank", max_b, "bytes", 0});
+  // Bytes over the time they were in flight (on a GPU: the communication stream's time), not over the
+  // exposed time, which overlap shrinks towards 0 and would inflate the bandwidth without bound.
   res.metrics.push_back({"achieved_bandwidth", max_comm > 0 ? max_b / max_comm : 0, "B/s", 0});
   res.metrics.push_back({"peak_rss", static_cast<double>(peak_rss_bytes()), "bytes", 0});
   if (x.cuda) {
@@ -542,6 +563,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   CaseContext x(s, c);
   setup_case(x, rt);
   res.axes["backend"] = comm::to_string(x.cp_pg->kind());
+  if (x.shared_gpu) res.axes["shared_gpu"] = "true";
 
   References ref;
   if (x.cp_rank == 0) ref = run_references(x);
@@ -560,8 +582,10 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   const double reference_s = ref.seconds;
   // Per-rank numbers, gathered to every CP rank.
   at::Tensor mine =
-      at::tensor({median(m.attn_s), m.flops, m.bytes, median(m.comm_s), static_cast<double>(m.pairs)}, at::kDouble);
-  at::Tensor per_rank = x.comm.all_gather(mine.to(x.device)).to(at::kCPU).view({c.cp, 5});
+      at::tensor({median(m.attn_s), m.flops, m.bytes, median(m.comm_s), static_cast<double>(m.pairs),
+                  median(m.transfer_s)},
+                 at::kDouble);
+  at::Tensor per_rank = x.comm.all_gather(mine.to(x.device)).to(at::kCPU).view({c.cp, 6});
   if (rt.rank == 0) record(x, m, per_rank, got, reference_s, res);
   res.wall_s = seconds_since(start);
   return res;

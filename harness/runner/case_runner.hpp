@@ -15,6 +15,7 @@ struct RankRuntime {
   int rank = 0;        // global rank in the job
   int world_size = 1;
   int local_rank = 0;  // GPU index on this node
+  int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE): decides NCCL vs Gloo
   c10::intrusive_ptr<c10d::Store> store;
 };
 

@@ -21,13 +21,13 @@ const char* to_string(DeviceKind device) { return device == DeviceKind::cuda ? "
 
 namespace {
 const std::vector<std::pair<std::string, at::ScalarType>> kDtypeNames = {
-    {"float64", at::kDouble}, {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}};
+    {"float64", at::kDouble}, {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}, {"float16", at::kHalf}};
 }  // namespace
 
 at::ScalarType parse_dtype(const std::string& name) {
   for (const auto& [n, t] : kDtypeNames)
     if (n == name) return t;
-  throw UsageError("unknown dtype '" + name + "'; known: float64, float32, bfloat16");
+  throw UsageError("unknown dtype '" + name + "'; known: float64, float32, bfloat16, float16");
 }
 
 std::string dtype_name(at::ScalarType dtype) {
@@ -225,7 +225,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
              {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "measure",
-              "timeout_s", "seed"});
+              "timeout_s", "seed", "share_gpu"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -307,6 +307,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     s.device = device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   }
   if (root["timeout_s"]) s.timeout_s = read_int(c, root["timeout_s"], "timeout_s", 1);
+  if (root["share_gpu"]) s.share_gpu = read_bool(c, root["share_gpu"], "share_gpu");
   if (root["seed"]) {
     const auto seed = static_cast<uint64_t>(read_int(c, root["seed"], "seed", 0));
     if (!(root["model"] && root["model"]["seed"])) s.model.seed = seed;

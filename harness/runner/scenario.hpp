@@ -53,6 +53,7 @@ struct ScenarioSpec {
   DeviceKind device = DeviceKind::cpu;
   MeasureSpec measure;
   int64_t timeout_s = 120;     // collective timeout per case, seconds
+  bool share_gpu = false;      // device: cuda with more ranks per node than GPUs: share them over Gloo
   std::vector<CaseSpec> cases;
 };
 

@@ -20,6 +20,7 @@
 #include "sharders/core/version.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
+#include "harness/runner/platform.hpp"
 #include "harness/fs_util.hpp"
 #include "harness/launcher/launcher.hpp"
 #include "kernels/comm/process_group.hpp"
@@ -100,7 +101,9 @@ void progress_line(int64_t done, int64_t total, const RunResult& r, double elaps
 int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cases, const comm::RankEnv& env,
                       const std::string& results_dir, int64_t done_before, int64_t total, double elapsed_before,
                       int64_t* skipped = nullptr) {
-  at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.world_size)));
+  // Ranks share this node's cores (LOCAL_WORLD_SIZE of them here, whatever the job's size).
+  at::set_num_threads(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size)));
   comm::RendezvousOptions ro;
   ro.master_addr = env.master_addr;
   ro.master_port = static_cast<std::uint16_t>(env.master_port);
@@ -111,6 +114,7 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.rank = env.rank;
   rt.world_size = env.world_size;
   rt.local_rank = env.local_rank;
+  rt.local_world_size = env.local_world_size;
   rt.store = comm::connect_store(ro);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = done_before;
@@ -266,6 +270,7 @@ int run_command(const RunOptions& o) {
   int max_world = 0;
   for (const auto& c : cases) max_world = std::max<int>(max_world, static_cast<int>(c.world_size()));
   report.env.world_size = env ? env->world_size : max_world;
+  report.env.platform = platform_info(report.env.world_size, env ? env->local_world_size : max_world);
 
   if (env) {
     // Joined: every rank runs the cases; rank 0 reports.

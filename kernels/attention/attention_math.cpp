@@ -433,15 +433,22 @@ BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector
   plan.kind = BlockKind::masked;
   if (any_masked) {
     // The cells' masks written into a block-shaped tensor through a [n_q, n_k, B, T, T] view, so
-    // the kernel slices it like any mask.
+    // the kernels slice it like any mask; full cells all true.
     const auto dev = cell_masks.device();
     at::Tensor whole = at::zeros({batch, m.n_q * kBlockTile, m.n_k * kBlockTile}, cell_masks.options());
     const auto idx = [&](const std::vector<int64_t>& v) {
       return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(dev);
     };
-    whole.view({batch, m.n_q, kBlockTile, m.n_k, kBlockTile})
-        .permute({1, 3, 0, 2, 4})
-        .index_put_({idx(qi), idx(kj)}, cell_masks);
+    const at::Tensor cells = whole.view({batch, m.n_q, kBlockTile, m.n_k, kBlockTile}).permute({1, 3, 0, 2, 4});
+    std::vector<int64_t> fi, fj;
+    for (int64_t i = 0; i < m.n_q; ++i)
+      for (int64_t j = 0; j < m.n_k; ++j)
+        if (m.kind[static_cast<size_t>(i * m.n_k + j)] == BlockKind::full) {
+          fi.push_back(i);
+          fj.push_back(j);
+        }
+    if (!fi.empty()) cells.index_put_({idx(fi), idx(fj)}, at::scalar_tensor(true, cell_masks.options()));
+    if (any_masked) cells.index_put_({idx(qi), idx(kj)}, cell_masks);
     plan.mask = whole.narrow(1, 0, rows).narrow(2, 0, cols);
   }
   plan.computed_pairs = m.computed_pairs;
@@ -455,8 +462,46 @@ BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
   return tiled_forward(q, k, v, mask, m, scale);
 }
 
+BlockPlan causal_block_plan(int64_t batch, int64_t n) {
+  BlockPlan plan;
+  plan.causal = true;
+  TileMap m;
+  m.rows = m.cols = n;
+  m.n_q = m.n_k = ceil_div(n, kBlockTile);
+  m.kind.assign(static_cast<size_t>(m.n_q * m.n_k), BlockKind::empty);
+  for (int64_t i = 0; i < m.n_q; ++i) {
+    const int64_t h = std::min(kBlockTile, n - i * kBlockTile);
+    for (int64_t j = 0; j <= i; ++j) {
+      m.kind[static_cast<size_t>(i * m.n_k + j)] = i == j && h > 1 ? BlockKind::masked : BlockKind::full;
+      m.computed_pairs += batch * h * std::min(kBlockTile, n - j * kBlockTile);
+    }
+  }
+  m.visible_pairs = batch * n * (n + 1) / 2;
+  plan.visible_pairs = m.visible_pairs;
+  if (n == 0) return plan;
+  plan.kind = n == 1 ? BlockKind::full : BlockKind::masked;
+  plan.causal = plan.kind == BlockKind::masked;
+  plan.computed_pairs = m.computed_pairs;
+  if (plan.kind == BlockKind::masked) plan.tiles = std::move(m);
+  return plan;
+}
+
+namespace {
+// A causal plan without its mask, given one for the tiled kernels (on `device`).
+BlockPlan with_causal_mask(const BlockPlan& plan, const at::Device& device) {
+  BlockPlan p = plan;
+  const int64_t n = plan.tiles.rows;
+  p.mask = at::ones({n, n}, at::TensorOptions().dtype(at::kBool).device(device))
+               .tril()
+               .unsqueeze(0)
+               .expand({plan.visible_pairs / (n * (n + 1) / 2), n, n});
+  return p;
+}
+}  // namespace
+
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                           double scale) {
+  if (plan.causal && !plan.mask.defined()) return block_forward(q, k, v, with_causal_mask(plan, q.device()), scale);
   const bool tr = plan.rows.defined(), tc = plan.cols.defined();
   const at::Tensor qs = tr ? q.index_select(2, plan.rows) : q;
   const at::Tensor ks = tc ? k.index_select(2, plan.cols) : k;
@@ -477,6 +522,8 @@ BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at:
 
 BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
+  if (plan.causal && !plan.mask.defined())
+    return block_backward(dout, q, k, v, lse, dsum, with_causal_mask(plan, q.device()), scale);
   const bool tr = plan.rows.defined(), tc = plan.cols.defined();
   auto rows = [&](const at::Tensor& t) { return tr ? t.index_select(2, plan.rows) : t; };
   auto cols = [&](const at::Tensor& t) { return tc ? t.index_select(2, plan.cols) : t; };

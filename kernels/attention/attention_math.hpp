@@ -56,6 +56,11 @@ struct BlockPlan {
   at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
                                // (plan_from_cells: meaningful in the masked cells only)
   TileMap tiles;               // of `mask` when kind == masked (empty otherwise)
+  // kind == masked and the mask is exactly the lower triangle of a square block (query i sees keys
+  // j <= i: a diagonal causal block), so a fused kernel runs it with is_causal and no mask tensor.
+  // Set by the transports' planner from token metadata (causal_block_plan); tiles describe the
+  // triangle, mask may be undefined.
+  bool causal = false;
   int64_t visible_pairs = 0;   // summed over the batch, per head
   int64_t computed_pairs = 0;  // what the kernel actually evaluates: B x (|rows| x |cols| when full,
                                // the non-empty cells' area when masked, 0 when empty)
@@ -69,10 +74,17 @@ struct BlockPlan {
 // kBlockTile cells of a [batch, rows, cols] block: its full and empty cells must be exact; its masked
 // cells come with `cell_masks`, bool [n_masked, batch, kBlockTile, kBlockTile] in row-major cell
 // order (false past the block's edge). Masked cells that turn out full or empty are reclassified.
-// The result has no rows / cols trimming; its mask is meaningful in the masked cells of `tiles` only
-// (undefined when none is left). visible_pairs is exact. One device -> host copy.
+// The result has no rows / cols trimming; when some cells stay masked, its mask is the block's whole
+// mask (full cells true, masked cells theirs), so a kernel that takes a mask can run it; when none do
+// (full and empty cells only), the mask is undefined. visible_pairs is exact. One device -> host copy
+// (none on the CPU).
 [[nodiscard]] BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector<BlockKind> kind,
                                         const at::Tensor& cell_masks);
+
+// The plan of a diagonal causal block of n tokens (query i sees keys j <= i), built without a mask:
+// kind masked, causal, tiles of the triangle, mask undefined (the tiled kernels materialize it when a
+// block falls back to them; the fused kernels run it with is_causal).
+[[nodiscard]] BlockPlan causal_block_plan(int64_t batch, int64_t n);
 
 // Partial attention of one block. Not differentiable (call under no-grad or from a custom Function).
 // q, k, v in the compute dtype; mask undefined (all visible) or bool [B, Sq, Sk]. A masked block is

@@ -5,25 +5,34 @@
 namespace cpbench::comm {
 
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> backend)
-    : backend_(std::move(backend)), rank_(backend_->getRank()), size_(backend_->getSize()) {}
+    : backend_(std::move(backend)), rank_(backend_->getRank()), size_(backend_->getSize()) {
+  if (backend_->getBackendName() == "nccl") {
+    device_ = backend_->getBoundDeviceId();
+    CP_CHECK(device_.has_value(), "an NCCL communicator needs a group bound to its device (ProcessGroup::create)");
+  }
+}
+
+at::Tensor Communicator::staged(const at::Tensor& t) const {
+  return device_ && t.device() != *device_ ? t.to(*device_).contiguous() : t.contiguous();
+}
 
 bool Communicator::is_gloo() const { return backend_ && backend_->getBackendName() == "gloo"; }
 
 at::Tensor Communicator::all_gather(const at::Tensor& local) const {
-  if (size_ == 1) return local;
-  at::Tensor in = local.contiguous();
+  if (!backend_) return local;
+  at::Tensor in = staged(local);
   std::vector<int64_t> shape = in.sizes().vec();
   CP_CHECK(!shape.empty(), "all_gather needs at least one dimension");
   shape[0] *= size_;
   at::Tensor out = at::empty(shape, in.options());
   // Gloo's _allgather_base needs no coalescing; one Work per call.
   backend_->_allgather_base(out, in)->wait();
-  return out;
+  return out.to(local.device());
 }
 
 at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
-  if (size_ == 1) return full;
-  at::Tensor in = full.contiguous();
+  if (!backend_) return full;
+  at::Tensor in = staged(full);
   CP_CHECK(in.dim() >= 1 && in.size(0) % size_ == 0, "reduce_scatter: leading dim ", in.size(0),
            " of shape ", shape_str(in.sizes()), " is not divisible by world size ", size_, " (rank ", rank_,
            ")");
@@ -33,22 +42,25 @@ at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
   backend_->_reduce_scatter_base(out, in, opts)->wait();
-  return out;
+  return out.to(full.device());
 }
 
 void Communicator::all_reduce_sum(at::Tensor& t) const {
-  if (size_ == 1) return;
+  if (!backend_) return;
   CP_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor, got shape ", shape_str(t.sizes()));
-  std::vector<at::Tensor> ts{t};
+  std::vector<at::Tensor> ts{staged(t)};
   backend_->allreduce(ts)->wait();
+  if (!ts[0].is_same(t)) t.copy_(ts[0]);
 }
 
 void Communicator::all_reduce_max(at::Tensor& t) const {
-  if (size_ == 1) return;
-  std::vector<at::Tensor> ts{t};
+  if (!backend_) return;
+  CP_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor, got shape ", shape_str(t.sizes()));
+  std::vector<at::Tensor> ts{staged(t)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
   backend_->allreduce(ts, opts)->wait();
+  if (!ts[0].is_same(t)) t.copy_(ts[0]);
 }
 
 void Communicator::send(const at::Tensor& t, int dst, int tag) const {
@@ -89,7 +101,8 @@ void Communicator::Exchange::wait() {
 }
 
 void Communicator::barrier() const {
-  if (size_ == 1) return;
+  if (!backend_) return;
+  // NCCL's barrier is an all-reduce on the bound device (no device guessing).
   backend_->barrier()->wait();
 }
 

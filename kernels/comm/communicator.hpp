@@ -7,18 +7,24 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <vector>
 
 namespace cpbench::comm {
 
 class Communicator {
  public:
-  Communicator() = default;  // world of one: every collective is the identity
+  // World of one without a backend: every collective is the identity. With a backend every call
+  // issues the real collective, whatever the group's size.
+  Communicator() = default;
   explicit Communicator(c10::intrusive_ptr<c10d::Backend> backend);
 
   [[nodiscard]] int rank() const { return rank_; }
   [[nodiscard]] int size() const { return size_; }
   [[nodiscard]] bool is_gloo() const;
+  // The device every collective runs on (the NCCL group's bound GPU; nullopt: the tensors' own).
+  // Tensors elsewhere (host-side counts, error maxima, barriers) are staged there and back.
+  [[nodiscard]] const std::optional<at::Device>& device() const { return device_; }
 
   // [n, ...] on every rank -> [size * n, ...], rank r's block at rows [r*n, (r+1)*n).
   [[nodiscard]] at::Tensor all_gather(const at::Tensor& local) const;
@@ -42,8 +48,10 @@ class Communicator {
 
  private:
   c10::intrusive_ptr<c10d::Backend> backend_;
+  [[nodiscard]] at::Tensor staged(const at::Tensor& t) const;
   int rank_ = 0;
   int size_ = 1;
+  std::optional<at::Device> device_;
 };
 
 }  // namespace cpbench::comm

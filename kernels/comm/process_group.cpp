@@ -14,7 +14,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "sharders/core/check.hpp"
 
@@ -39,9 +45,45 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousOptions& o) {
   }
 }
 
+std::string nccl_version() {
+#ifdef USE_C10D_NCCL
+  return c10d::getNcclVersion();
+#else
+  return "n/a";
+#endif
+}
+
+std::string gloo_bind_address(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    std::string first(ifname);  // torch accepts a comma-separated list; one device here
+    return "if:" + first.substr(0, first.find(','));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  CP_CHECK(::getaddrinfo(master_addr.c_str(), "9", &hints, &res) == 0 && res != nullptr,
+           "MASTER_ADDR ", master_addr, " does not resolve to an IPv4 address");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  std::string local = "127.0.0.1";
+  if (fd >= 0) {
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+      char buf[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf)) local = buf;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return local;
+}
+
 ProcessGroup ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                   const std::vector<int>& ranks, int global_rank, BackendKind kind,
-                                  std::chrono::milliseconds timeout, int gloo_threads) {
+                                  std::chrono::milliseconds timeout, int gloo_threads,
+                                  std::optional<at::Device> device) {
   auto it = std::find(ranks.begin(), ranks.end(), global_rank);
   CP_CHECK(it != ranks.end(), "rank ", global_rank, " is not a member of process group '", name, "' ",
            shape_str(ranks));
@@ -53,14 +95,21 @@ ProcessGroup ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store, 
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/", store);
   if (kind == BackendKind::gloo) {
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    const char* master = std::getenv("MASTER_ADDR");
+    const std::string where = gloo_bind_address(master && *master ? master : "127.0.0.1");
+    opts->devices.push_back(where.rfind("if:", 0) == 0
+                                ? c10d::ProcessGroupGloo::createDeviceForInterface(where.substr(3))
+                                : c10d::ProcessGroupGloo::createDeviceForHostname(where));
     opts->threads = std::max(1, gloo_threads);
     pg.backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, pg.rank_, pg.size_, opts);
   } else {
 #ifdef USE_C10D_NCCL
+    CP_CHECK(device && device->is_cuda() && device->has_index(), "process group '", name,
+             "': NCCL needs the CUDA device it is bound to");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     pg.backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, pg.rank_, pg.size_, opts);
+    pg.backend_->setBoundDeviceId(device);
 #else
     throw Error("this LibTorch build has no NCCL process group");
 #endif

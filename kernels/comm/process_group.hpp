@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,13 +33,25 @@ struct RendezvousOptions {
 // The TCPStore every group of one job hangs off. Rank 0 hosts the server on master_port.
 [[nodiscard]] c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousOptions& options);
 
+// Where Gloo listens: "if:<name>" when GLOO_SOCKET_IFNAME is set (the interface, as torch does); else
+// the local address of the interface that routes to `master_addr` (a connected UDP socket's name, no
+// packet sent): 127.0.0.1 on one machine, the node's own address across nodes.
+[[nodiscard]] std::string gloo_bind_address(const std::string& master_addr);
+
+// The NCCL version this LibTorch build carries ("2.28.9"), or "n/a" without NCCL.
+[[nodiscard]] std::string nccl_version();
+
 class ProcessGroup {
  public:
   // `ranks` lists the global ranks of the group (in group-rank order); this rank must be among them.
   // Every member must call with the same `name` and `ranks`; non-members need not call.
+  // NCCL: `device` (required) is the GPU the group is bound to before its first collective (no
+  // guessing from the current device); every collective of a Communicator on it runs on that device.
+  // Gloo binds to gloo_bind_address(MASTER_ADDR from the environment, default 127.0.0.1).
   static ProcessGroup create(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                              const std::vector<int>& ranks, int global_rank, BackendKind kind,
-                             std::chrono::milliseconds timeout, int gloo_threads = 1);
+                             std::chrono::milliseconds timeout, int gloo_threads = 1,
+                             std::optional<at::Device> device = std::nullopt);
 
   ProcessGroup(ProcessGroup&&) noexcept;
   ProcessGroup& operator=(ProcessGroup&&) noexcept;

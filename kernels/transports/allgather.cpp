@@ -35,15 +35,17 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
                             const TransportState& st) {
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
+    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
     at::Tensor qc, local_kv, gathered;
     c10::intrusive_ptr<c10d::Work> work;
     {
       Phase p(st, Phase::Kind::compute);
-      qc = q.to(cd).contiguous();
+      qc = q.to(kd).contiguous();
       local_kv = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D], input dtype
     }
     int64_t bytes = 0;
+    InFlight flight;
     if (W > 1) {
       std::vector<int64_t> shape = local_kv.sizes().vec();
       shape[0] *= W;
@@ -62,24 +64,28 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     int64_t visible = 0;
     const auto attend_block = [&](int src, const at::Tensor& kv_wire) {
       Phase p(st, Phase::Kind::compute);
-      const BlockPlan plan = st.plan(src);
+      const BlockPlan& plan = st.plan(src);
       visible += plan.visible_pairs;
-      if (plan.kind == BlockKind::empty) return;
-      const at::Tensor kv = wire.from_wire(kv_wire).to(cd);
-      merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
+      const KernelRoute route = st.route(src, qc);
+      st.count_route(route);
+      if (route == KernelRoute::skipped) return;
+      const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
+      merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
     };
     attend_block(r, local_kv);  // overlaps the all-gather
     if (work) {
       Phase p(st, Phase::Kind::comm);
       work->wait();
+      flight.done(st);
     }
     for (int s = 1; s < W; ++s) {
       const int src = (r - s + W) % W;
       attend_block(src, blocks[src]);
     }
     if (!out.defined()) {
-      out = at::zeros(qc.sizes(), qc.options());
-      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(), qc.options());
+      out = at::zeros(qc.sizes(), qc.options().dtype(cd));
+      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
+                     qc.options().dtype(cd));
     }
     if (st.stats) {
       st.stats->bytes_sent += bytes;
@@ -99,23 +105,25 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
                      &blocks = saved[5];
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
+    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
 
     at::Tensor qc, dout, dsum, dq, dkv_all;
     {
       Phase p(st, Phase::Kind::compute);
-      qc = q.to(cd).contiguous();
-      dout = grads[0].to(cd).contiguous();
-      dsum = (dout * out).sum(-1);
-      dq = at::zeros_like(qc);
+      qc = q.to(kd).contiguous();
+      dout = grads[0].to(kd).contiguous();
+      dsum = (dout.to(cd) * out).sum(-1);
+      dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
       std::vector<int64_t> shape = blocks.sizes().vec();
-      dkv_all = at::zeros(shape, qc.options());  // [W, 2, B, Hkv, S, D]
+      dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D]
       for (int s = 0; s < W; ++s) {
         const int src = (r - s + W) % W;
-        const BlockPlan plan = st.plan(src);
-        if (plan.kind == BlockKind::empty) continue;
-        const at::Tensor kv = wire.from_wire(blocks[src]).to(cd);
-        BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
+        const BlockPlan& plan = st.plan(src);
+        const KernelRoute route = st.route(src, qc);
+        if (route == KernelRoute::skipped) continue;
+        const at::Tensor kv = wire.from_wire(blocks[src]).to(kd);
+        BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
         dq.add_(g.dq);
         dkv_all[src][0].copy_(g.dk);
         dkv_all[src][1].copy_(g.dv);
@@ -126,7 +134,9 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
       {
         Phase p(st, Phase::Kind::comm);
+        const InFlight rs;
         dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
+        rs.done(st);
       }
       if (st.stats) st.stats->bytes_sent += (W - 1) * static_cast<int64_t>(dkv.nbytes());
     } else {

@@ -39,12 +39,13 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
                             const TransportState& st) {
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
+    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
     at::Tensor qc;
     at::Tensor cur, next;
     {
       Phase p(st, Phase::Kind::compute);
-      qc = q.to(cd).contiguous();
+      qc = q.to(kd).contiguous();
       cur = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D] in the input dtype
       if (W > 1) next = at::empty_like(cur);
     }
@@ -53,28 +54,33 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       comm::Communicator::Exchange ex;
+      InFlight flight;
       if (s + 1 < W) {
         ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingForwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
       }
       {
         Phase p(st, Phase::Kind::compute);
-        const BlockPlan plan = st.plan(src);
+        const BlockPlan& plan = st.plan(src);
         visible += plan.visible_pairs;
-        if (plan.kind != BlockKind::empty) {
-          const at::Tensor kv = wire.from_wire(cur).to(cd);
-          merge_block(out, lse, block_forward(qc, kv[0], kv[1], plan, st.scale));
+        const KernelRoute route = st.route(src, qc);
+        st.count_route(route);
+        if (route != KernelRoute::skipped) {
+          const at::Tensor kv = wire.from_wire(cur).to(kd);
+          merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
         }
       }
       if (s + 1 < W) {
         Phase p(st, Phase::Kind::comm);
         ex.wait();
+        flight.done(st);
         std::swap(cur, next);
       }
     }
     if (!out.defined()) {  // no visible key for any query of this rank
-      out = at::zeros(qc.sizes(), qc.options());
-      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(), qc.options());
+      out = at::zeros(qc.sizes(), qc.options().dtype(cd));
+      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
+                     qc.options().dtype(cd));
     }
     if (st.stats) {
       st.stats->bytes_sent += bytes;
@@ -93,15 +99,16 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
+    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
 
     at::Tensor qc, dout, dsum, dq, cur, next, dkv_home, dkv_send, dkv_recv;
     {
       Phase p(st, Phase::Kind::compute);
-      qc = q.to(cd).contiguous();
-      dout = grads[0].to(cd).contiguous();
-      dsum = (dout * out).sum(-1);
-      dq = at::zeros_like(qc);
+      qc = q.to(kd).contiguous();
+      dout = grads[0].to(kd).contiguous();
+      dsum = (dout.to(cd) * out).sum(-1);
+      dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
       cur = wire.to_wire(at::stack({k, v}));
       if (W > 1) {
         next = at::empty_like(cur);
@@ -111,9 +118,11 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     }
     int64_t bytes = 0;
     comm::Communicator::Exchange dkv_ex;
+    InFlight dkv_flight;
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       comm::Communicator::Exchange kv_ex;
+      InFlight kv_flight;
       if (s + 1 < W) {
         kv_ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingBackwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
@@ -121,10 +130,11 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       at::Tensor contrib;  // this rank's dK/dV for block src, [2, B, Hkv, S, D] in cd; undefined = 0
       {
         Phase p(st, Phase::Kind::compute);
-        const BlockPlan plan = st.plan(src);
-        if (plan.kind != BlockKind::empty) {
-          const at::Tensor kv = wire.from_wire(cur).to(cd);
-          BlockGrads g = block_backward(dout, qc, kv[0], kv[1], lse, dsum, plan, st.scale);
+        const BlockPlan& plan = st.plan(src);
+        const KernelRoute route = st.route(src, qc);
+        if (route != KernelRoute::skipped) {
+          const at::Tensor kv = wire.from_wire(cur).to(kd);
+          BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
           dq.add_(g.dq);
           contrib = at::stack({g.dk, g.dv});
         }
@@ -135,6 +145,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         if (s >= 2) {  // the partial sum for block src, sent by r-1 at its step s-1
           Phase p(st, Phase::Kind::comm);
           dkv_ex.wait();
+          dkv_flight.done(st);
         }
         {
           Phase p(st, Phase::Kind::compute);
@@ -151,12 +162,14 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         // r+1 holds block src at step s+1 (or, after the last step, src is r+1's own block). The
         // receive is the partial sum of the block this rank holds next (or, at the last step, the
         // finished sum of its own block).
+        dkv_flight = InFlight{};
         dkv_ex = st.comm.post_exchange(dkv_send, (r + 1) % W, dkv_recv, (r - 1 + W) % W, kTagRingBackwardDKV);
         bytes += static_cast<int64_t>(dkv_send.nbytes());
       }
       if (s + 1 < W) {
         Phase p(st, Phase::Kind::comm);
         kv_ex.wait();
+        kv_flight.done(st);
         std::swap(cur, next);
       }
     }
@@ -165,12 +178,13 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       {
         Phase p(st, Phase::Kind::comm);
         dkv_ex.wait();
+        dkv_flight.done(st);
       }
       Phase p(st, Phase::Kind::compute);
       dkv = wire.from_wire(dkv_recv);
       if (dkv_home.defined()) dkv = dkv + dkv_home;
     } else {
-      dkv = dkv_home.defined() ? dkv_home : at::zeros(cur.sizes(), qc.options());
+      dkv = dkv_home.defined() ? dkv_home : at::zeros(cur.sizes(), qc.options().dtype(cd));
     }
     if (st.stats) st.stats->bytes_sent += bytes;
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};

@@ -10,6 +10,7 @@
 // the case is skipped, never silently run with another mask.
 #include <ATen/ATen.h>
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,8 +29,14 @@ struct AttentionStats {
   double flops = 0;                 // attention FLOPs actually computed (4*D per visible (q,k) pair and head, fwd)
   int64_t visible_pairs = 0;        // (q, k) pairs visible under the mask for this rank's queries, summed over batch (per head)
   int64_t calls = 0;
+  double transfer_seconds = 0;      // time the exchanges were in flight, post to completion (overlapped or not)
+  std::map<std::string, int64_t> kernel_blocks;  // blocks evaluated per kernel route (fused_attention.hpp), fwd
   void reset() { *this = AttentionStats{}; }
 };
+
+namespace kernels {
+class PlanCache;
+}  // namespace kernels
 
 struct AttentionContext {
   const comm::Communicator* comm = nullptr;  // the CP group (size W); never null
@@ -40,7 +47,20 @@ struct AttentionContext {
   AttentionStats* stats = nullptr;           // optional; forward AND backward add to it, so it must
                                              // outlive the backward of every attend() call given it
   std::string nvtx_prefix;                   // "cp:<sharder>" for NVTX ranges
+  // The step's block plans (make_plan_cache): built once per step from CPU-side metadata and shared by
+  // every attend() call of the step, so no call plans (or synchronizes with the host) again. Null: each
+  // attend() call plans from local / all itself.
+  std::shared_ptr<const kernels::PlanCache> plans;
+  bool tiled_kernels = false;                // every block on the tiled kernel (the fused kernels' CPU twin)
 };
+
+// Plans this rank's queries (`local`, [B, S]) against every rank's keys (`all`, [B, W*S]) under `mask`,
+// on the CPU (metadata elsewhere is copied once), and moves what the kernels read to `device`.
+[[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plan_cache(const MaskSpec& mask, const TokenMeta& local,
+                                                                        const TokenMeta& all, int rank, int world,
+                                                                        const at::Device& device);
+// Block plans built from metadata in this process so far (the plan-reuse tests read it).
+[[nodiscard]] int64_t metadata_plans_built();
 
 // ---- Cost model: what the planner (harness/planner) asks a transport without running it ----
 //

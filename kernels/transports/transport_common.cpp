@@ -1,6 +1,7 @@
 #include "kernels/transports/transport_common.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -55,6 +56,12 @@ AttendShape check_attend(const std::string& transport, const at::Tensor& q, cons
   CP_CHECK(ctx.all.pos.defined() && ctx.all.batch() == sh.batch && ctx.all.tokens() == sh.world * sh.tokens,
            "ctx.all metadata ", ctx.all.pos.defined() ? shape_str(ctx.all.pos.sizes()) : "(undefined)",
            " must be [B, W*S] = [", sh.batch, ", ", sh.world * sh.tokens, "] for W = ", sh.world, where());
+  if (ctx.plans)
+    CP_CHECK(ctx.plans->mask() == ctx.mask && ctx.plans->world() == sh.world && ctx.plans->rank() == sh.rank &&
+                 ctx.plans->batch() == sh.batch && ctx.plans->tokens() == sh.tokens,
+             "ctx.plans were built for mask ", ctx.plans->mask().to_string(), ", rank ", ctx.plans->rank(), "/",
+             ctx.plans->world(), ", [B, S] = [", ctx.plans->batch(), ", ", ctx.plans->tokens(), "]; this call has ",
+             ctx.mask.to_string(), ", rank ", sh.rank, "/", sh.world, ", [", sh.batch, ", ", sh.tokens, "]", where());
   if (ctx.mask.kind == MaskSpec::Kind::sliding_window)
     CP_CHECK(ctx.mask.window >= 1, "sliding_window needs a window >= 1, got ", ctx.mask.window, where());
   return sh;
@@ -64,8 +71,9 @@ TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
   TransportState st;
   st.comm = *ctx.comm;
   st.mask = ctx.mask;
-  st.local = ctx.local.to(device);
-  st.all = ctx.all.to(device);
+  st.plans = ctx.plans ? ctx.plans
+                       : std::make_shared<const PlanCache>(ctx.mask, ctx.local, ctx.all, shape.rank, shape.world, device);
+  st.policy = ctx.tiled_kernels ? KernelPolicy::tiled : KernelPolicy::fused;
   // A zero scale means "the default", 1/sqrt(D).
   st.scale = ctx.scale > 0 ? ctx.scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
   st.stats = ctx.stats;
@@ -74,8 +82,76 @@ TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
   return st;
 }
 
-BlockPlan TransportState::plan(int src) const {
-  return plan_block(mask, local, all.narrow(1, src * shape.tokens, shape.tokens));
+at::ScalarType TransportState::kernel_dtype(const at::Tensor& q) const {
+  return kernels::kernel_dtype(q.scalar_type(), q.device(), policy);
+}
+
+KernelRoute TransportState::route(int src, const at::Tensor& q_kernel) const {
+  return block_route(plan(src), q_kernel.scalar_type(), q_kernel.device(), shape.head_dim, policy);
+}
+
+void TransportState::count_route(KernelRoute r) const {
+  if (stats) stats->kernel_blocks[to_string(r)] += 1;
+}
+
+namespace {
+std::atomic<int64_t> g_metadata_plans{0};
+
+bool same_field(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() == b.defined() && (!a.defined() || a.equal(b));
+}
+bool same_tokens(const TokenMeta& a, const TokenMeta& b) {
+  return same_field(a.pos, b.pos) && same_field(a.segment, b.segment) && same_field(a.doc, b.doc) &&
+         same_field(a.valid, b.valid);
+}
+
+bool row_constant(const at::Tensor& t) {
+  return !t.defined() || t.size(1) == 0 || t.eq(t.narrow(1, 0, 1)).all().item<bool>();
+}
+}  // namespace
+
+bool diagonal_is_causal(const MaskSpec& mask, const TokenMeta& m) {
+  if (!mask.has_upper() || mask.has_lower()) return false;
+  if (mask.same_document() && !row_constant(m.doc)) return false;
+  if (!row_constant(m.segment)) return false;
+  if (m.valid.defined() && !m.valid.all().item<bool>()) return false;
+  if (m.pos.size(1) < 2) return true;
+  return (m.pos.narrow(1, 1, m.pos.size(1) - 1) > m.pos.narrow(1, 0, m.pos.size(1) - 1)).all().item<bool>();
+}
+
+PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMeta& all, int rank, int world,
+                     const at::Device& device)
+    : mask_(mask), rank_(rank) {
+  CP_CHECK(local.pos.defined() && all.pos.defined() && world >= 1 && all.tokens() == world * local.tokens() &&
+               all.batch() == local.batch(),
+           "PlanCache: local metadata ", local.pos.defined() ? shape_str(local.pos.sizes()) : "(undefined)",
+           " and all ", all.pos.defined() ? shape_str(all.pos.sizes()) : "(undefined)", " do not fit W = ", world);
+  batch_ = local.batch();
+  tokens_ = local.tokens();
+  // Planning runs on the host: metadata on a device is copied once, here, never inside attention.
+  const TokenMeta q = local.to(at::kCPU), k_all = all.to(at::kCPU);
+  const bool causal_diag = diagonal_is_causal(mask, q);
+  for (int src = 0; src < world; ++src) {
+    // The diagonal causal block is planned without its mask (O(S^2) bytes that only the tiled
+    // fallback would read).
+    // Only when the key block's metadata is the queries' own (it should be, for src == rank; a
+    // caller's metadata that says otherwise is planned by the rule, not assumed).
+    const TokenMeta k = k_all.narrow(1, src * tokens_, tokens_);
+    BlockPlan p = src == rank && causal_diag && same_tokens(q, k) ? causal_block_plan(batch_, tokens_)
+                                                                  : plan_block(mask, q, k);
+    g_metadata_plans.fetch_add(1);
+    if (!device.is_cpu()) {
+      if (p.rows.defined()) p.rows = p.rows.to(device);
+      if (p.cols.defined()) p.cols = p.cols.to(device);
+      if (p.mask.defined()) p.mask = p.mask.to(device);
+    }
+    plans_.push_back(std::move(p));
+  }
+}
+
+const BlockPlan& PlanCache::plan(int src) const {
+  CP_CHECK(src >= 0 && src < world(), "PlanCache: no plan for rank ", src, " (W = ", world(), ")");
+  return plans_[static_cast<size_t>(src)];
 }
 
 BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k) {
@@ -229,4 +305,11 @@ RankPassTimes rank_pass_times(const CallCostInputs& in) {
   return t;
 }
 
+std::shared_ptr<const kernels::PlanCache> make_plan_cache(const MaskSpec& mask, const TokenMeta& local,
+                                                          const TokenMeta& all, int rank, int world,
+                                                          const at::Device& device) {
+  return std::make_shared<const kernels::PlanCache>(mask, local, all, rank, world, device);
+}
+
+int64_t metadata_plans_built() { return kernels::g_metadata_plans.load(); }
 }  // namespace cpbench

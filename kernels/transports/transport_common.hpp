@@ -10,6 +10,7 @@
 #include "kernels/comm/communicator.hpp"
 #include "sharders/core/nvtx.hpp"
 #include "kernels/attention/attention_math.hpp"
+#include "kernels/attention/fused_attention.hpp"
 #include "kernels/transports/transport.hpp"
 
 namespace cpbench::kernels {
@@ -23,22 +24,52 @@ struct AttendShape {
 [[nodiscard]] AttendShape check_attend(const std::string& transport, const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const AttentionContext& ctx);
 
+// The plans of one step: this rank's queries against each rank's key block, built once from CPU-side
+// token metadata (make_plan_cache in transport.hpp) and read by every attend() call of the step.
+class PlanCache {
+ public:
+  PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMeta& all, int rank, int world,
+            const at::Device& device);
+  // Queries of this rank against the key block of rank `src` (columns [src*S, (src+1)*S) of all).
+  [[nodiscard]] const BlockPlan& plan(int src) const;
+  [[nodiscard]] const MaskSpec& mask() const { return mask_; }
+  [[nodiscard]] int world() const { return static_cast<int>(plans_.size()); }
+  [[nodiscard]] int rank() const { return rank_; }
+  [[nodiscard]] int64_t batch() const { return batch_; }
+  [[nodiscard]] int64_t tokens() const { return tokens_; }
+
+ private:
+  MaskSpec mask_;
+  int rank_ = 0;
+  int64_t batch_ = 0, tokens_ = 0;
+  std::vector<BlockPlan> plans_;
+};
+
+// True when the rule makes the block of `meta` against itself exactly the lower triangle: a causal
+// mask (document: one document per row), every token valid, one segment per row, positions strictly
+// increasing along each row. Host tensors.
+[[nodiscard]] bool diagonal_is_causal(const MaskSpec& mask, const TokenMeta& meta);
+
 // What a transport's forward hands to its backward. Owned by the autograd node (see
 // kernels/comm/autograd.hpp, make_saved_object): the Communicator is a copy; `stats` is the caller's
 // and must outlive the backward.
 struct TransportState {
   comm::Communicator comm;
   MaskSpec mask;
-  TokenMeta local;  // on the device of q
-  TokenMeta all;    // on the device of q
+  std::shared_ptr<const PlanCache> plans;
+  KernelPolicy policy = KernelPolicy::fused;
   double scale = 0;
   AttentionStats* stats = nullptr;
   std::string nvtx_prefix;
   AttendShape shape;
 
-  // Plan of this rank's queries against the key block of rank `src` (columns [src*S, (src+1)*S) of
-  // all), from plan_block(mask, local, keys) below.
-  [[nodiscard]] BlockPlan plan(int src) const;
+  // Plan of this rank's queries against the key block of rank `src` (from the step's PlanCache).
+  [[nodiscard]] const BlockPlan& plan(int src) const { return plans->plan(src); }
+  // The dtype the block kernels read q, k, v in, and the route of block `src`.
+  [[nodiscard]] at::ScalarType kernel_dtype(const at::Tensor& q) const;
+  [[nodiscard]] KernelRoute route(int src, const at::Tensor& q_kernel) const;
+  // Counts the route in stats (forward only: one count per evaluated block and call).
+  void count_route(KernelRoute r) const;
 };
 
 // The plan of queries `q` against keys `k` under `mask`: the same cells, visible pairs and
@@ -79,6 +110,16 @@ class Phase {
   Kind kind_;
   nvtx::Range range_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// Time a transfer was in flight, from its post to the return of its wait (overlapped or not): the
+// communication time achieved_bandwidth divides by. Added to AttentionStats::transfer_seconds by done().
+struct InFlight {
+  std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
+  void done(const TransportState& st) const {
+    if (st.stats)
+      st.stats->transfer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - posted).count();
+  }
 };
 
 // Gloo tags: one per message stream, so streams between the same pair of ranks never match each other.

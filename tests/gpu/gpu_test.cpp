@@ -12,7 +12,10 @@
 #include "kernels/comm/process_group.hpp"
 #include "harness/fs_util.hpp"
 #include "kernels/attention/reference.hpp"
+#include "kernels/attention/fused_attention.hpp"
+#include <c10/cuda/CUDAFunctions.h>
 #include "kernels/transports/transport.hpp"
+#include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"
 
 using namespace cpbench;
@@ -50,7 +53,7 @@ TEST(Gpu, TransportsMatchTheCpuReference) {
       auto in = std::vector<at::Tensor>{q.to(cuda, dtype).requires_grad_(), k.to(cuda, dtype).requires_grad_(),
                                         v.to(cuda, dtype).requires_grad_()};
       TokenMeta meta = causal_meta(B, S, cuda);
-      AttentionContext ctx{&world_of_one, mask, meta, meta, scale, nullptr, "cp:gpu-test"};
+      AttentionContext ctx{&world_of_one, mask, meta, meta, scale, nullptr, "cp:gpu-test", nullptr, false};
       at::Tensor out = make_transport(name)->attend(in[0], in[1], in[2], ctx);
       out.backward(g.to(cuda, dtype));
       const double tol = dtype == at::kFloat ? 1e-4 : 3e-2;
@@ -93,6 +96,7 @@ model: {preset: tiny}
 batch: {batch_size: 1, seq_len: 512, documents: [300, 212]}
 dtype: float32
 device: cuda
+share_gpu: true
 sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2], mask: [causal, document]}
 )";
   const int st = std::system((std::string(CPBENCH_EXE) + " run " + dir + "/gpu.yaml --out " + dir + "/out").c_str());
@@ -101,5 +105,82 @@ sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2],
   for (const auto& c : r.results) {
     EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
     EXPECT_EQ(c.axes.at("backend"), c.axes.at("cp") == "1" ? "nccl" : "gloo") << c.name;
+  }
+}
+
+// Every CUDA route (flash for unmasked 16-bit blocks, memory-efficient with a bias for masked and
+// float32 ones) against the tiled kernel on the same GPU, forward and backward.
+TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
+  REQUIRE_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  const MaskSpec causal = MaskSpec::parse("causal");
+  const int64_t B = 2, S = 256, D = 64;
+  auto row = [&](const at::Tensor& pos) {
+    at::Tensor p = pos.to(at::kLong).unsqueeze(0).repeat({B, 1}).contiguous();
+    return TokenMeta{p, at::zeros_like(p), at::zeros_like(p), at::ones_like(p, at::kBool)};
+  };
+  const at::Tensor ar = at::arange(S);
+  struct Blk { const char* name; kernels::BlockPlan plan; };
+  std::vector<Blk> blocks;
+  blocks.push_back({"diagonal causal", make_plan_cache(causal, row(ar), row(ar), 0, 1, cuda)->plan(0)});
+  blocks.push_back({"full", kernels::plan_block(MaskSpec::parse("full"), row(ar), row(ar))});
+  blocks.push_back({"striped (mask, a row sees nothing)", kernels::plan_block(causal, row(ar * 2), row(ar * 2 + 1))});
+  for (auto& b : blocks) {
+    if (b.plan.mask.defined()) b.plan.mask = b.plan.mask.to(cuda);
+  }
+  for (auto dt : {at::kBFloat16, at::kFloat}) {
+    for (const auto& b : blocks) {
+      at::manual_seed(3);
+      const auto o = at::TensorOptions().dtype(dt).device(cuda);
+      const at::Tensor q = at::randn({B, 8, S, D}, o), k = at::randn({B, 2, S, D}, o), v = at::randn({B, 2, S, D}, o),
+                       dout = at::randn({B, 8, S, D}, o);
+      const auto route = kernels::block_route(b.plan, dt, cuda, D, kernels::KernelPolicy::fused);
+      ASSERT_NE(route, kernels::KernelRoute::tiled) << b.name;
+      const auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+      const auto want = kernels::block_forward(f32(q), f32(k), f32(v), b.plan, 0.125);
+      const auto got = kernels::routed_forward(q, k, v, b.plan, 0.125, route);
+      const double tol = dt == at::kFloat ? 2e-4 : 3e-2;
+      const auto rel = [](const at::Tensor& a, const at::Tensor& w) {
+        const at::Tensor fin = at::isfinite(w);
+        return ((a.masked_fill(~fin, 0) - w.masked_fill(~fin, 0)).abs().max() / w.masked_fill(~fin, 0).abs().max().clamp_min(1))
+            .item<double>();
+      };
+      EXPECT_LT(rel(got.out, want.out), tol) << b.name << " " << dt << " " << kernels::to_string(route);
+      EXPECT_LT(rel(got.lse, want.lse), tol) << b.name << " " << dt;
+      EXPECT_TRUE(at::isinf(got.lse).equal(at::isinf(want.lse))) << b.name << " " << dt;
+      const at::Tensor dsum = (f32(dout) * want.out).sum(-1);
+      const auto gw = kernels::block_backward(f32(dout), f32(q), f32(k), f32(v), want.lse, dsum, b.plan, 0.125);
+      const auto gg = kernels::routed_backward(dout, q, k, v, want.out, want.lse, dsum, b.plan, 0.125, route);
+      EXPECT_LT(rel(gg.dq, gw.dq), tol) << b.name << " dq " << dt;
+      EXPECT_LT(rel(gg.dk, gw.dk), tol) << b.name << " dk " << dt;
+      EXPECT_LT(rel(gg.dv, gw.dv), tol) << b.name << " dv " << dt;
+    }
+  }
+}
+
+// A step's attention (3 layers, forward and backward, both transports) with the step's plans built
+// beforehand runs without one host synchronization: CUDA's sync-debug mode set to error throws on any.
+TEST(Gpu, AttentionStepHasNoHostSynchronization) {
+  REQUIRE_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  const MaskSpec mask = MaskSpec::parse("causal");
+  const TokenMeta meta = causal_meta(1, 1024, at::kCPU);
+  comm::Communicator one;
+  for (const std::string name : {"allgather", "ring"}) {
+    AttentionContext ctx{&one, mask, meta, meta, 0, nullptr, "cp:gpu-test", nullptr, false};
+    ctx.plans = make_plan_cache(mask, meta, meta, 0, 1, cuda);
+    const auto o = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
+    at::Tensor x = at::randn({1, 8, 1024, 64}, o).requires_grad_();
+    torch::cuda::synchronize();
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    try {
+      at::Tensor h = x;
+      for (int layer = 0; layer < 3; ++layer) h = make_transport(name)->attend(h, h.narrow(1, 0, 2), h.narrow(1, 0, 2), ctx);
+      h.to(at::kFloat).sum().backward();
+    } catch (const std::exception& e) {
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      FAIL() << name << ": a host synchronization inside the step: " << e.what();
+    }
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
   }
 }

@@ -227,6 +227,10 @@ TEST(MetadataPlan, SameCellsPairsAndMaskAsThePlanOfTheBuiltMask) {
                                                   : kernels::BlockKind::masked)
           << what;
       if (plan.kind != kernels::BlockKind::masked) continue;
+      // The whole mask, full cells included, when one comes (the fused kernels that take a mask read it).
+      if (plan.mask.defined()) {
+        EXPECT_TRUE(plan.mask.equal(m)) << what << ": the plan's mask is not the block's";
+      }
       // Every cell as classified: full cells all visible, empty none, masked ones carry the mask.
       const auto& t = plan.tiles;
       int64_t computed = 0;

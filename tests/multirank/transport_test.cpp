@@ -294,7 +294,7 @@ TEST(TransportSingleRank, BothTransportsMatchTheReferenceInAWorldOfOne) {
       TokenMeta meta{at::arange(6, at::kLong).repeat({2, 1}), at::zeros({2, 6}, at::kLong),
                      at::zeros({2, 6}, at::kLong), at::ones({2, 6}, at::kBool)};
       AttentionStats stats;
-      AttentionContext ctx{&world, MaskSpec::parse("causal"), meta, meta, 0, &stats, "cp:test"};
+      AttentionContext ctx{&world, MaskSpec::parse("causal"), meta, meta, 0, &stats, "cp:test", nullptr, false};
       // Non-contiguous inputs, as a [B, S, H, D] projection transposed to [B, H, S, D] arrives.
       at::Tensor qa = q.transpose(1, 2).contiguous().requires_grad_(true);
       at::Tensor ka = k.clone().requires_grad_(true), va = v.clone().requires_grad_(true);
@@ -324,7 +324,7 @@ TEST(TransportSingleRank, BadShapesNameThemAndTheRank) {
   const comm::Communicator world;
   at::Tensor q = at::zeros({1, 3, 4, 8}), k = at::zeros({1, 2, 4, 8});
   TokenMeta meta{at::arange(4, at::kLong).unsqueeze(0), {}, {}, {}};
-  AttentionContext ctx{&world, MaskSpec::parse("causal"), meta, meta, 0, nullptr, ""};
+  AttentionContext ctx{&world, MaskSpec::parse("causal"), meta, meta, 0, nullptr, "", nullptr, false};
   for (const auto& n : known_transports()) {
     try {
       (void)make_transport(n)->attend(q, k, k, ctx);

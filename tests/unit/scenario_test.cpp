@@ -72,7 +72,7 @@ TEST(Scenario, ErrorsNameFileAndKey) {
             std::string::npos);
   EXPECT_NE(error_of("sweep: {transport: carrier_pigeon}").find("sweep.transport: unknown attention transport 'carrier_pigeon' (known: allgather, ring)"), std::string::npos);
   EXPECT_NE(error_of("mask: diagonal").find("scenarios/x.yaml: mask:"), std::string::npos);
-  EXPECT_NE(error_of("dtype: float16").find("unknown dtype 'float16'"), std::string::npos);
+  EXPECT_NE(error_of("dtype: float8").find("unknown dtype 'float8'"), std::string::npos);
   EXPECT_NE(error_of("batch: {seq_len: 10, documents: [8, 8]}").find("batch.documents: documents sum to 16 tokens"),
             std::string::npos);
   EXPECT_NE(error_of("model: {preset: huge}").find("model.preset: unknown preset 'huge'"), std::string::npos);

@@ -1,0 +1,28 @@
+#pragma once
+// Which device a rank computes on and which backend its groups use (torchrun-style environment:
+// LOCAL_RANK, LOCAL_WORLD_SIZE). Pure: the runner asks it with the counts it sees; tests ask it directly.
+//   cpu                                  -> CPU, Gloo
+//   cuda, LOCAL_WORLD_SIZE <= visible    -> GPU LOCAL_RANK, NCCL (a multi-node job gets NCCL too: the
+//                                           choice reads the local world size, never the global one)
+//   cuda, LOCAL_WORLD_SIZE > visible     -> an error naming both counts, unless the scenario says
+//                                           share_gpu: true: then GPU LOCAL_RANK % visible over Gloo,
+//                                           labelled in the report (backend "gloo", shared_gpu "true")
+#include <string>
+
+#include "kernels/comm/process_group.hpp"
+
+namespace cpbench {
+
+struct DeviceChoice {
+  bool cuda = false;
+  int device_index = -1;  // CUDA device, -1 on the CPU
+  comm::BackendKind backend = comm::BackendKind::gloo;
+  bool shared_gpu = false;  // several local ranks on one GPU (Gloo)
+};
+
+// Throws UsageError for a job that cannot run as asked (more local ranks than GPUs without share_gpu,
+// LOCAL_RANK outside LOCAL_WORLD_SIZE, no GPU visible).
+[[nodiscard]] DeviceChoice choose_device(bool cuda, int local_rank, int local_world_size, int visible_gpus,
+                                         bool share_gpu);
+
+}  // namespace cpbench

@@ -1,0 +1,260 @@
+#include "kernels/attention/fused_attention.hpp"
+
+#include <ATen/ops/_scaled_dot_product_efficient_attention.h>
+#include <ATen/ops/_scaled_dot_product_efficient_attention_backward.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_backward.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::kernels {
+
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// The non-empty cells of a masked plan, when they are one rectangle of full cells: the block then runs
+// unmasked on rows [r0, r1) x cols [c0, c1) (a head-tail block off the diagonal sees exactly half).
+struct Rect {
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+};
+std::optional<Rect> full_rectangle(const TileMap& m) {
+  int64_t i0 = m.n_q, i1 = -1, j0 = m.n_k, j1 = -1;
+  for (int64_t i = 0; i < m.n_q; ++i)
+    for (int64_t j = 0; j < m.n_k; ++j)
+      if (m.kind[static_cast<size_t>(i * m.n_k + j)] != BlockKind::empty) {
+        i0 = std::min(i0, i);
+        i1 = std::max(i1, i);
+        j0 = std::min(j0, j);
+        j1 = std::max(j1, j);
+      }
+  if (i1 < 0) return std::nullopt;
+  for (int64_t i = i0; i <= i1; ++i)
+    for (int64_t j = j0; j <= j1; ++j)
+      if (m.kind[static_cast<size_t>(i * m.n_k + j)] != BlockKind::full) return std::nullopt;
+  return Rect{i0 * kBlockTile, std::min(m.rows, (i1 + 1) * kBlockTile), j0 * kBlockTile,
+              std::min(m.cols, (j1 + 1) * kBlockTile)};
+}
+
+// What one fused call evaluates: the whole (possibly trimmed) block, causal or not, with an optional
+// bool mask [B, Sq, Sk].
+struct Call {
+  bool causal = false;
+  at::Tensor mask;  // undefined: no mask
+};
+
+// Additive mask in the kernel dtype, [B, 1, Sq, Sk] (CPU) or [B, H, Sq, Sk] with the key dim padded
+// to a multiple of 16 and sliced back (the memory-efficient kernel's alignment rule).
+at::Tensor additive_mask(const at::Tensor& mask, const at::Tensor& q, bool cuda) {
+  const int64_t b = mask.size(0), sq = mask.size(1), sk = mask.size(2);
+  if (!cuda) return at::zeros({b, 1, sq, sk}, q.options()).masked_fill_(mask.logical_not().unsqueeze(1), kNegInf);
+  const int64_t padded = (sk + 15) / 16 * 16;
+  at::Tensor bias = at::zeros({b, q.size(1), sq, padded}, q.options()).narrow(3, 0, sk);
+  return bias.masked_fill_(mask.logical_not().unsqueeze(1), kNegInf);
+}
+
+// CUDA kernels take as many kv heads as query heads here (GQA by expansion; dK/dV summed back).
+at::Tensor expand_heads(const at::Tensor& t, int64_t hq) {
+  return t.size(1) == hq ? t : t.repeat_interleave(hq / t.size(1), 1);
+}
+at::Tensor sum_heads(const at::Tensor& g, int64_t hkv) {
+  if (g.size(1) == hkv) return g;
+  return g.view({g.size(0), hkv, g.size(1) / hkv, g.size(2), g.size(3)}).sum(2);
+}
+
+BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Call& call,
+                          double scale, KernelRoute route) {
+  const auto cd = compute_dtype(q.scalar_type());
+  at::Tensor out, lse;
+  if (route == KernelRoute::cpu_flash) {
+    std::optional<at::Tensor> bias;
+    if (call.mask.defined()) bias = additive_mask(call.mask, q, false);
+    std::tie(out, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, call.causal, bias, scale);
+  } else if (route == KernelRoute::cuda_flash) {
+    const int64_t hq = q.size(1);
+    auto r = at::_scaled_dot_product_flash_attention(q, expand_heads(k, hq), expand_heads(v, hq), 0.0, call.causal,
+                                                     false, scale);
+    out = std::get<0>(r);
+    lse = std::get<1>(r);
+  } else {
+    CP_CHECK(route == KernelRoute::cuda_efficient, "fused_forward: route ", to_string(route), " is not fused");
+    const int64_t hq = q.size(1);
+    std::optional<at::Tensor> bias;
+    if (call.mask.defined()) bias = additive_mask(call.mask, q, true);
+    auto r = at::_scaled_dot_product_efficient_attention(q, expand_heads(k, hq), expand_heads(v, hq), bias, true, 0.0,
+                                                         call.causal, scale);
+    out = std::get<0>(r);
+    lse = std::get<1>(r).narrow(2, 0, q.size(2));  // padded to a multiple of 32 queries
+  }
+  out = out.to(cd);
+  lse = lse.to(cd);
+  if (call.mask.defined()) {
+    // The kernels give a row with no visible key lse 0 (CPU) or NaN (CUDA); the merge needs -inf, out 0.
+    const at::Tensor none = call.mask.any(-1).logical_not().unsqueeze(1);  // [B, 1, Sq]
+    out = out.masked_fill(none.unsqueeze(-1), 0);
+    lse = lse.masked_fill(none, kNegInf);
+  }
+  return {out, lse.contiguous()};
+}
+
+BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& out, const at::Tensor& lse, const Call& call, double scale,
+                          KernelRoute route) {
+  const auto cd = compute_dtype(q.scalar_type());
+  const at::Tensor out_k = out.to(q.scalar_type());
+  // A row with lse -inf sees nothing anywhere: every score is -inf and P = exp(-inf - 0) = 0.
+  const at::Tensor lse_f = at::nan_to_num(lse, 0.0, 0.0, 0.0);
+  at::Tensor dq, dk, dv;
+  if (route == KernelRoute::cpu_flash) {
+    std::optional<at::Tensor> bias;
+    if (call.mask.defined()) bias = additive_mask(call.mask, q, false);
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        dout, q, k, v, out_k, lse_f.to(q.scalar_type()).contiguous(), 0.0, call.causal, bias, scale);
+  } else {
+    const int64_t hq = q.size(1), hkv = k.size(1);
+    const at::Tensor ke = expand_heads(k, hq), ve = expand_heads(v, hq);
+    const at::Tensor none = at::empty({0}, q.options().dtype(at::kLong));
+    if (route == KernelRoute::cuda_flash) {
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+          dout, q, ke, ve, out_k, lse_f.to(at::kFloat).contiguous(), at::Tensor(), at::Tensor(), q.size(2), k.size(2),
+          0.0, call.causal, none, none, scale);
+    } else {
+      CP_CHECK(route == KernelRoute::cuda_efficient, "fused_backward: route ", to_string(route), " is not fused");
+      at::Tensor bias;
+      if (call.mask.defined()) bias = additive_mask(call.mask, q, true);
+      const int64_t pad = (q.size(2) + 31) / 32 * 32 - q.size(2);
+      const at::Tensor lse_p = at::constant_pad_nd(lse_f.to(at::kFloat), {0, pad}, 0).contiguous();
+      auto r = at::_scaled_dot_product_efficient_attention_backward(dout, q, ke, ve, bias, out_k, lse_p, none, none,
+                                                                    0.0, {true, true, true, false}, call.causal, scale);
+      dq = std::get<0>(r);
+      dk = std::get<1>(r);
+      dv = std::get<2>(r);
+    }
+    dk = sum_heads(dk.to(cd), hkv);
+    dv = sum_heads(dv.to(cd), hkv);
+  }
+  return {dq.to(cd), dk.to(cd), dv.to(cd)};
+}
+
+// Rows / cols trimming of a plan (as attention_math's block_forward / block_backward).
+at::Tensor rows_of(const BlockPlan& p, const at::Tensor& t) { return p.rows.defined() ? t.index_select(2, p.rows) : t; }
+at::Tensor cols_of(const BlockPlan& p, const at::Tensor& t) { return p.cols.defined() ? t.index_select(2, p.cols) : t; }
+at::Tensor rows_back(const BlockPlan& p, const at::Tensor& part, int64_t n, double fill) {
+  if (!p.rows.defined()) return part;
+  std::vector<int64_t> shape = part.sizes().vec();
+  shape[2] = n;
+  return at::full(shape, fill, part.options()).index_copy_(2, p.rows, part);
+}
+at::Tensor cols_back(const BlockPlan& p, const at::Tensor& part, int64_t n) {
+  if (!p.cols.defined()) return part;
+  std::vector<int64_t> shape = part.sizes().vec();
+  shape[2] = n;
+  return at::zeros(shape, part.options()).index_copy_(2, p.cols, part);
+}
+// [.., n, ..] on dim 2 from a piece at [a, b): padded with `fill`.
+at::Tensor pad_dim2(const at::Tensor& t, int64_t a, int64_t b, int64_t n, double fill) {
+  if (a == 0 && b == n) return t;
+  std::vector<int64_t> pad(static_cast<size_t>(2 * (t.dim() - 2)), 0);
+  // constant_pad_nd pads from the last dim backwards: dim 2 is entry (dim - 1 - 2).
+  const size_t at2 = static_cast<size_t>(2 * (t.dim() - 3));
+  pad[at2] = a;
+  pad[at2 + 1] = n - b;
+  return at::constant_pad_nd(t, pad, fill);
+}
+
+}  // namespace
+
+const char* to_string(KernelRoute route) {
+  switch (route) {
+    case KernelRoute::skipped: return "skipped";
+    case KernelRoute::tiled: return "tiled";
+    case KernelRoute::cpu_flash: return "cpu_flash";
+    case KernelRoute::cuda_flash: return "cuda_flash";
+    case KernelRoute::cuda_efficient: return "cuda_efficient";
+  }
+  return "?";
+}
+
+at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, KernelPolicy policy) {
+  if (policy == KernelPolicy::fused && device.is_cuda() && is_16bit(input)) return input;
+  return compute_dtype(input);
+}
+
+KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device, int64_t head_dim,
+                        KernelPolicy policy) {
+  if (plan.kind == BlockKind::empty) return KernelRoute::skipped;
+  if (policy == KernelPolicy::tiled) return KernelRoute::tiled;
+  const bool unmasked = plan.kind == BlockKind::full || plan.causal ||
+                        (plan.kind == BlockKind::masked && full_rectangle(plan.tiles).has_value());
+  // Full and empty cells in no rectangle come without a mask tensor (plan_from_cells): the tiled kernel.
+  if (!unmasked && !plan.mask.defined()) return KernelRoute::tiled;
+  if (device.is_cpu()) return dtype == at::kDouble || dtype == at::kFloat ? KernelRoute::cpu_flash : KernelRoute::tiled;
+  if (!device.is_cuda() || dtype == at::kDouble) return KernelRoute::tiled;
+  if (unmasked && is_16bit(dtype) && head_dim % 8 == 0 && head_dim <= 256) return KernelRoute::cuda_flash;
+  return KernelRoute::cuda_efficient;
+}
+
+BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
+                           double scale, KernelRoute route) {
+  if (route == KernelRoute::tiled) return block_forward(q, k, v, plan, scale);
+  const auto cd = compute_dtype(q.scalar_type());
+  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = v.size(3);
+  if (route == KernelRoute::skipped)
+    return {at::zeros({b, hq, sq, d}, q.options().dtype(cd)), at::full({b, hq, sq}, kNegInf, q.options().dtype(cd))};
+  const at::Tensor qs = rows_of(plan, q), ks = cols_of(plan, k), vs = cols_of(plan, v);
+  BlockOutput r;
+  if (plan.kind == BlockKind::full || plan.causal) {
+    r = fused_forward(qs, ks, vs, Call{plan.causal, {}}, scale, route);
+  } else if (auto rect = full_rectangle(plan.tiles)) {
+    const int64_t n = qs.size(2);
+    BlockOutput part = fused_forward(qs.narrow(2, rect->r0, rect->r1 - rect->r0), ks.narrow(2, rect->c0, rect->c1 - rect->c0),
+                                     vs.narrow(2, rect->c0, rect->c1 - rect->c0), Call{}, scale, route);
+    r.out = pad_dim2(part.out, rect->r0, rect->r1, n, 0);
+    r.lse = pad_dim2(part.lse.unsqueeze(-1), rect->r0, rect->r1, n, kNegInf).squeeze(-1);
+  } else {
+    r = fused_forward(qs, ks, vs, Call{false, plan.mask}, scale, route);
+  }
+  r.out = rows_back(plan, r.out, sq, 0);
+  r.lse = rows_back(plan, r.lse.unsqueeze(-1), sq, kNegInf).squeeze(-1);
+  return r;
+}
+
+BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan,
+                           double scale, KernelRoute route) {
+  if (route == KernelRoute::tiled) return block_backward(dout.to(compute_dtype(q.scalar_type())), q, k, v, lse, dsum,
+                                                         plan, scale);
+  const auto cd = compute_dtype(q.scalar_type());
+  if (route == KernelRoute::skipped)
+    return {at::zeros(q.sizes(), q.options().dtype(cd)), at::zeros(k.sizes(), k.options().dtype(cd)),
+            at::zeros(v.sizes(), v.options().dtype(cd))};
+  const at::Tensor qs = rows_of(plan, q), ds = rows_of(plan, dout), os = rows_of(plan, out), ls = rows_of(plan, lse.unsqueeze(-1)).squeeze(-1);
+  const at::Tensor ks = cols_of(plan, k), vs = cols_of(plan, v);
+  BlockGrads g;
+  if (plan.kind == BlockKind::full || plan.causal) {
+    g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}}, scale, route);
+  } else if (auto rect = full_rectangle(plan.tiles)) {
+    const int64_t nr = rect->r1 - rect->r0, nc = rect->c1 - rect->c0;
+    BlockGrads part = fused_backward(ds.narrow(2, rect->r0, nr), qs.narrow(2, rect->r0, nr), ks.narrow(2, rect->c0, nc),
+                                     vs.narrow(2, rect->c0, nc), os.narrow(2, rect->r0, nr), ls.narrow(2, rect->r0, nr),
+                                     Call{}, scale, route);
+    g.dq = pad_dim2(part.dq, rect->r0, rect->r1, qs.size(2), 0);
+    g.dk = pad_dim2(part.dk, rect->c0, rect->c1, ks.size(2), 0);
+    g.dv = pad_dim2(part.dv, rect->c0, rect->c1, vs.size(2), 0);
+  } else {
+    g = fused_backward(ds, qs, ks, vs, os, ls, Call{false, plan.mask}, scale, route);
+  }
+  g.dq = rows_back(plan, g.dq, q.size(2), 0);
+  g.dk = cols_back(plan, g.dk, k.size(2));
+  g.dv = cols_back(plan, g.dv, v.size(2));
+  return g;
+}
+
+}  // namespace cpbench::kernels

@@ -1,0 +1,55 @@
+#pragma once
+// Block attention on ATen's fused SDPA kernels that return the log-sum-exp (internal to kernels/).
+//
+// Each (query block, key block) pair of a CP transport runs through one route:
+//   skipped         the plan is empty: nothing runs
+//   tiled           the tiled kernel of attention_math.hpp (the fallback and the CPU twin)
+//   cpu_flash       at::_scaled_dot_product_flash_attention_for_cpu (+ _backward); float64, float32
+//                   (CPU computes 16-bit inputs in float32); takes an additive mask
+//   cuda_flash      at::_scaled_dot_product_flash_attention (+ _backward); bfloat16 / float16,
+//                   head_dim % 8 == 0 and <= 256; no mask (diagonal causal or fully visible blocks)
+//   cuda_efficient  at::_scaled_dot_product_efficient_attention (+ _backward); float32 / 16-bit;
+//                   takes an additive bias (masked blocks, and float32 unmasked ones)
+// Per plan: a diagonal causal block (BlockPlan::causal) runs with is_causal; a fully visible block
+// unmasked; a masked block whose non-empty cells are one rectangle of full cells runs unmasked on that
+// rectangle; any other masked block runs with its mask (rows that see nothing in it are fixed to out
+// 0, lse -inf). Float64 on CUDA stays on the tiled kernel (no fused CUDA kernel takes it).
+//
+// Results are in the compute dtype (attention_math.hpp: float64 stays float64, else float32), so the
+// transports merge partial results in float32 by LSE whatever the kernel's input dtype.
+#include <ATen/ATen.h>
+
+#include "kernels/attention/attention_math.hpp"
+
+namespace cpbench::kernels {
+
+// fused: the best fused route per block (above); tiled: every block on the tiled kernel.
+enum class KernelPolicy { fused, tiled };
+
+enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_efficient };
+[[nodiscard]] const char* to_string(KernelRoute route);
+
+// The dtype a block kernel reads q, k, v in: the compute dtype, except 16-bit inputs on CUDA under the
+// fused policy (flash / efficient read bfloat16 / float16 directly).
+[[nodiscard]] at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, KernelPolicy policy);
+
+// The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`.
+[[nodiscard]] KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device,
+                                      int64_t head_dim, KernelPolicy policy);
+
+// One block through `route` (from block_route). q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] in the
+// kernel dtype. Returns out [B, Hq, Sq, D] and lse [B, Hq, Sq] in the compute dtype; rows outside the
+// plan: out 0, lse -inf. Not differentiable (call from a custom autograd Function).
+[[nodiscard]] BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                         const BlockPlan& plan, double scale, KernelRoute route);
+
+// Gradients of one block from the MERGED output and global lse (flash-attention backward). dout, q,
+// k, v in the kernel dtype; out [B, Hq, Sq, D] and lse [B, Hq, Sq] (-inf on rows that see nothing
+// anywhere) and dsum = rowsum(dout * out) in the compute dtype (dsum: tiled route only). Returns dq,
+// dk, dv in the compute dtype.
+[[nodiscard]] BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                         const at::Tensor& dsum, const BlockPlan& plan, double scale,
+                                         KernelRoute route);
+
+}  // namespace cpbench::kernels

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Companion of scripts/gpu-check.sh, for a networked machine: downloads (never installs) the Debian
+# packages the build needs into .debs/ (git-ignored), so they travel with the tree to the GPU machine,
+# which has no network; gpu-check.sh unpacks them under .debs/root with `dpkg -x`.
+#   scripts/fetch-gpu-debs.sh          (amd64 packages, whatever this machine's architecture)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PKGS=(libyaml-cpp-dev libyaml-cpp0.7 libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+      libbenchmark-dev libbenchmark1debian)
+mkdir -p "$ROOT/.debs" /tmp/cpbench-apt-amd64/partial
+o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/cpbench-apt-amd64)
+apt-get "${o[@]}" update -qq
+(cd "$ROOT/.debs" && apt-get "${o[@]}" download "${PKGS[@]}")
+ls -la "$ROOT/.debs"
+echo "carry .debs with the tree (the device tool: carry: [\".debs\"]); gpu-check.sh unpacks them"
