@@ -24,7 +24,7 @@ struct ElementwiseBound {
 // most k times the single-rank error in the same dtype, plus floor_scale * max|ref64|, on the max and
 // on the q-quantile.
 struct PrecisionRule {
-  double k = 2.0;
+  double k = 3.0;
   double floor_scale = 1e-6;
   double quantile = 0.99;
 };
