@@ -76,7 +76,8 @@ skip() {
   SUMMARY+=("| $1 | skipped | 0 | $2 |")
 }
 
-PY="${CPBENCH_PYTHON:-python3}"
+# The GPU machine keeps torch in /opt/torch/.venv (docs/gpu.md); CPBENCH_PYTHON wins.
+if [ -z "${CPBENCH_PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ]; then PY=/opt/torch/.venv/bin/python3; else PY="${CPBENCH_PYTHON:-python3}"; fi
 if [ $DRY -eq 1 ]; then
   echo "gpu-check dry run: ROOT=$ROOT OUTDIR=$OUTDIR BUILD=$BUILD total budget ${TOTAL_BUDGET} s"
   GPUS=1
@@ -86,7 +87,8 @@ else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
   HAVE_NSYS=$(command -v nsys >/dev/null && echo 1 || echo 0)
-  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' || true
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' ||
+    echo "!! $PY cannot import torch: set CPBENCH_PYTHON to the python whose torch the build should use (the build step will fail)"
 fi
 
 # Debian packages carried as .deb files: unpacked under .debs/root, found through the prefix path.
