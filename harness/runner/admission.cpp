@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/planner/plan.hpp"
+#include "harness/runner/reference_check.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 
@@ -83,12 +84,27 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   add("MLP weights", driver({{"model.ffn", rf}, {"model.hidden", rh}, {"model.layers", rl}}), 3 * L * 3 * H * F * e);
   add("batch data", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}}),
       2 * B * S * (33 + (s.batch.mrope ? 16 : 0) + (s.batch.primary == "inputs_embeds" ? H * e : 0)));
+  // The single-rank reference in element size `re`, and, for bfloat16 / float16 cases, the float64
+  // one the precision rule also runs (harness/runner/case_runner.cpp run_references): its own model
+  // copy (weights and gradients) and activations, while the low-precision reference's outputs are held.
+  auto add_reference = [&](const std::string& label, double re) {
+    add(label + "reference attention (S x S)",
+        driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
+        L * B * S * S * (1 + 2 * Hq * re) + B * Hq * S * S * re);
+    add(label + "reference activations",
+        driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
+        L * B * S * (4 * H + 3 * F) * re);
+    add(label + "reference logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}),
+        3 * B * S * V * re);
+  };
   if (reference_rank) {
-    add("reference attention (S x S)", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
-        L * B * S * S * (1 + 2 * Hq * e) + B * Hq * S * S * e);
-    add("reference activations", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
-        L * B * S * (4 * H + 3 * F) * e);
-    add("reference logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}), 3 * B * S * V * e);
+    add_reference("", e);
+    if (judged_by_precision(c.dtype)) {
+      constexpr double e64 = 8;
+      add("float64 reference model (weights, gradients)", driver({{"model.vocab", rv}, {"model.hidden", rh}, {"model.layers", rl}}),
+          2 * (2 * V * H + L * (2 * H + 2 * Hq * D * H + 2 * H * Hkv * D + 3 * H * F) + H) * e64);
+      add_reference("float64 ", e64);
+    }
   }
   const std::string tokens = driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}});
   add("block scores", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),

@@ -21,7 +21,9 @@
 //   data         2 x B S (33 + 16 [mRoPE] + H e [inputs_embeds])   (global batch and its shard)
 //   reference    first rank of each CP group only: the dense single-rank reference over S tokens,
 //                L B S^2 (1 + 2 Hq e) + B Hq S^2 e (mask, scores and probabilities kept per layer),
-//                L B S (4H + 3F) e + 3 B S V e (layer activations, logits and their gradient)
+//                L B S (4H + 3F) e + 3 B S V e (layer activations, logits and their gradient);
+//                bfloat16 / float16 cases also run a float64 reference (the precision rule): the same
+//                terms with e = 8, plus its model copy 2 x (parameters) x 8 (weights, gradients)
 //   activations  B x planner attention_activation_bytes(s) (harness/planner: what each layer keeps
 //                for the backward plus the transport's buffers) + L B s (3F + 4H) e (norms, MLP)
 //                + 3 B Hq s^2 max(4, e) (one block's scores) + 3 B s V e + 2 B S V e (local logits

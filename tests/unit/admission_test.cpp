@@ -76,6 +76,33 @@ TEST(Admission, EstimateFollowsTheCase) {
   EXPECT_DOUBLE_EQ(estimate_rank_memory(g, g.cases[0], rt, true).total, rt);
 }
 
+// A bfloat16 / float16 case's reference rank also runs the float64 reference the precision rule
+// judges against: its S x S attention, activations and logits in 8-byte elements and a float64 model
+// copy. Without them a bf16 case could pass admission and then run the machine out of memory.
+TEST(Admission, PrecisionCasesCountTheirFloat64Reference) {
+  ScenarioSpec s = scenario("{seq_len: 4096}", "{sharder: load_balanced, transport: ring, cp: 2, dtype: [float32, bfloat16]}");
+  ASSERT_EQ(s.cases.size(), 2u);
+  ASSERT_EQ(s.cases[1].dtype, at::kBFloat16);
+  const double rt = kRankRuntimeFloorBytes;
+  const RankMemory f32 = estimate_rank_memory(s, s.cases[0], rt, true);
+  const RankMemory bf16 = estimate_rank_memory(s, s.cases[1], rt, true);
+  const double S = 4096, L = 2, Hq = 4;  // tiny preset: 2 layers, 4 heads
+  const double attention64 = L * S * S * (1 + 2 * Hq * 8) + Hq * S * S * 8;
+  // bf16 elements are half of float32's, but the float64 reference comes on top.
+  EXPECT_GT(bf16.total, f32.total);
+  bool has64 = false;
+  for (const auto& t : bf16.terms)
+    if (t.what == "float64 reference attention (S x S)") {
+      has64 = true;
+      EXPECT_NEAR(t.bytes, attention64, 1.0);
+      EXPECT_EQ(t.key, "batch.seq_len");
+    }
+  EXPECT_TRUE(has64);
+  // Only the reference rank runs it.
+  for (const auto& t : estimate_rank_memory(s, s.cases[1], rt, false).terms)
+    EXPECT_EQ(t.what.find("reference"), std::string::npos) << t.what;
+}
+
 TEST(Admission, ShippedScenariosAreAdmittedOnAModestMachine) {
   for (const char* name : {"correctness", "quickstart", "variants", "perf_ci", "packed_documents", "gpu_throughput"}) {
     ScenarioSpec s = load_scenario(std::string(CPBENCH_SOURCE_DIR) + "/scenarios/" + name + ".yaml");
