@@ -1,6 +1,9 @@
 // Micro-benchmarks (Google Benchmark). Speeds are reported as ratios measured in the same run:
 //   BM_Shard/<layout>   shard_token_tensor of a [B, S, H] tensor; counter x_copy = time / time of a
-//                       plain copy of the same bytes (timed alternately in the same iterations)
+//                       plain copy of the same bytes (timed alternately in the same iterations);
+//                       unpacked layouts also x_rows = time / a hand-written loop that memcpy's the
+//                       rows this rank owns (the layout's map, row by row): the floor the memory
+//                       system sets for that access pattern (striped reads 1 KiB rows 8 KiB apart)
 //   BM_Gather/<layout>  restore_gathered (reorder + trim to the caller's coordinates) of all ranks'
 //                       shards; same counter against a copy of the gathered bytes
 // Sizes: B = 2, S = 16384, H = 256 float32, W = 8, one thread (the issue #11 targets: x_copy <= 1.3).
@@ -10,6 +13,8 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstring>
+#include <vector>
 
 #include "sharders/registry.hpp"
 #include "sharders/sharder.hpp"
@@ -17,13 +22,13 @@
 using namespace cpbench;
 
 namespace {
-constexpr int64_t kB = 2, kS = 16384, kH = 256, kW = 8;
+constexpr int64_t kB = 2, kS = 16384, kH = 256, kW = 8, kRank = 3;
 
 const char* kLayouts[] = {"contiguous", "load_balanced", "striped", "thd", "thd_aligned", "sdpa_wrap"};
 
 Sharder sharded(const std::string& name, Batch* out_batch = nullptr) {
   const bool thd = name.rfind("thd", 0) == 0;
-  Sharder s(make_layout(thd ? "thd" : name), SharderOptions{kW, 3, 0, MaskSpec{}, 0});
+  Sharder s(make_layout(thd ? "thd" : name), SharderOptions{kW, kRank, 0, MaskSpec{}, 0});
   Batch b;
   b.input_ids = at::randint(1, 100, {kB, kS}, at::kLong);
   b.labels = *b.input_ids;
@@ -39,6 +44,17 @@ Sharder sharded(const std::string& name, Batch* out_batch = nullptr) {
   return s;
 }
 
+// dst[b, j, :] = x[b, rows[j], :] for float32 [B, S, H] x, one memcpy per row.
+void copy_rows(const at::Tensor& x, const std::vector<int64_t>& rows, at::Tensor& dst) {
+  const int64_t S = x.size(1), H = x.size(2), n = static_cast<int64_t>(rows.size());
+  const float* src = x.const_data_ptr<float>();
+  float* out = dst.mutable_data_ptr<float>();
+  for (int64_t b = 0; b < x.size(0); ++b)
+    for (int64_t j = 0; j < n; ++j)
+      std::memcpy(out + (b * n + j) * H, src + (b * S + rows[static_cast<size_t>(j)]) * H,
+                  static_cast<size_t>(H) * sizeof(float));
+}
+
 template <typename F>
 double time_once(F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -50,7 +66,10 @@ void BM_Shard(benchmark::State& state, const std::string& name) {
   at::set_num_threads(1);
   Sharder s = sharded(name);
   at::Tensor x = at::randn({kB, kS, kH});
-  double shard_s = 0, copy_s = 0;
+  // This rank's positions in local order (unpacked layouts: the rows of each batch row it keeps).
+  std::vector<int64_t> rows;
+  if (name.rfind("thd", 0) != 0) rows = s.shard_layout().global.ranks[static_cast<size_t>(kRank)];
+  double shard_s = 0, copy_s = 0, rows_s = 0;
   for (auto _ : state) {
     at::Tensor y;
     const double t = time_once([&] { y = s.shard_token_tensor(x, 1, 0.0); });
@@ -58,10 +77,15 @@ void BM_Shard(benchmark::State& state, const std::string& name) {
     // The same bytes a rank keeps, copied plainly.
     at::Tensor dst = at::empty_like(y);
     copy_s += time_once([&] { dst.copy_(x.view(-1).narrow(0, 0, y.numel()).view(y.sizes())); });
+    if (!rows.empty()) {
+      at::Tensor floor_dst = at::empty_like(y);
+      rows_s += time_once([&] { copy_rows(x, rows, floor_dst); });
+    }
     shard_s += t;
     state.SetIterationTime(t);
   }
   state.counters["x_copy"] = shard_s / copy_s;
+  if (!rows.empty()) state.counters["x_rows"] = shard_s / rows_s;
   state.SetBytesProcessed(state.iterations() * kB * (kS / kW) * kH * 4);
 }
 
