@@ -1,6 +1,7 @@
 #include "kernels/attention/attention_math.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -157,17 +158,30 @@ TileMap full_map(int64_t batch, int64_t rows, int64_t cols) {
   return m;
 }
 
-// The mask of run `r` of the query rows [r0, r0 + n): `mask` sliced to them, ranges made relative.
-PieceMask piece_mask(const at::Tensor& mask, int64_t r0, int64_t n, const Run& r) {
+// The mask of a window of a block: rows [r0, r0 + n) x cols [c0, c0 + w), bool [B, n, w]. Built per
+// window, so no kernel needs the block's whole mask.
+using MaskWindow = std::function<at::Tensor(int64_t r0, int64_t n, int64_t c0, int64_t w)>;
+
+MaskWindow window_of(const at::Tensor& mask) {
+  return [mask](int64_t r0, int64_t n, int64_t c0, int64_t w) { return mask.narrow(1, r0, n).narrow(2, c0, w); };
+}
+MaskWindow window_of(const BlockPlan& plan, int64_t batch, const at::Device& device) {
+  return [&plan, batch, device](int64_t r0, int64_t n, int64_t c0, int64_t w) {
+    return plan_mask(plan, batch, r0, n, c0, w, device);
+  };
+}
+
+// The mask of run `r` of the query rows [r0, r0 + n), ranges made relative.
+PieceMask piece_mask(const MaskWindow& mask_of, int64_t r0, int64_t n, const Run& r) {
   PieceMask pm;
   if (r.masked.empty()) return pm;
-  pm.mask = mask.narrow(1, r0, n).narrow(2, r.c0, r.c1 - r.c0);
+  pm.mask = mask_of(r0, n, r.c0, r.c1 - r.c0);
   for (const auto& [c0, c1] : r.masked) pm.cols.emplace_back(c0 - r.c0, c1 - r.c0);
   pm.everywhere = r.masked.size() == 1 && r.masked[0].first == r.c0 && r.masked[0].second == r.c1;
   return pm;
 }
 
-BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaskWindow& mask,
                           const TileMap& m, double scale) {
   const std::vector<RowGroup> groups = row_groups(m, q.size(0) * q.size(1));
   const int64_t b = q.size(0), hq = q.size(1), d = v.size(3);
@@ -197,7 +211,7 @@ BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 // Backward over the same pieces as the forward: P from the global lse, dQ accumulated per query
 // group, dK/dV per key range (formulas in the header).
 BlockGrads tiled_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& lse, const at::Tensor& dsum, const at::Tensor& mask, const TileMap& m,
+                          const at::Tensor& lse, const at::Tensor& dsum, const MaskWindow& mask, const TileMap& m,
                           double scale) {
   const std::vector<RowGroup> groups = row_groups(m, q.size(0) * q.size(1));
   const int64_t b = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(3), sk = k.size(2);
@@ -236,18 +250,20 @@ BlockGrads tiled_backward(const at::Tensor& dout, const at::Tensor& q, const at:
 
 BlockOutput plan_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                          double scale) {
-  if (plan.kind == BlockKind::masked) return tiled_forward(q, k, v, plan.mask, plan.tiles, scale);
+  if (plan.kind == BlockKind::masked)
+    return tiled_forward(q, k, v, window_of(plan, q.size(0), q.device()), plan.tiles, scale);
   if (plan.kind == BlockKind::full)
-    return tiled_forward(q, k, v, at::Tensor(), full_map(q.size(0), q.size(2), k.size(2)), scale);
+    return tiled_forward(q, k, v, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale);
   return {at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
           at::full({q.size(0), q.size(1), q.size(2)}, kNegInf, q.options())};
 }
 
 BlockGrads plan_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
-  if (plan.kind == BlockKind::masked) return tiled_backward(dout, q, k, v, lse, dsum, plan.mask, plan.tiles, scale);
+  if (plan.kind == BlockKind::masked)
+    return tiled_backward(dout, q, k, v, lse, dsum, window_of(plan, q.size(0), q.device()), plan.tiles, scale);
   if (plan.kind == BlockKind::full)
-    return tiled_backward(dout, q, k, v, lse, dsum, at::Tensor(), full_map(q.size(0), q.size(2), k.size(2)), scale);
+    return tiled_backward(dout, q, k, v, lse, dsum, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale);
   return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v)};
 }
 
@@ -432,34 +448,113 @@ BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector
   }
   plan.kind = BlockKind::masked;
   if (any_masked) {
-    // The cells' masks written into a block-shaped tensor through a [n_q, n_k, B, T, T] view, so
-    // the kernels slice it like any mask; full cells all true.
-    const auto dev = cell_masks.device();
-    at::Tensor whole = at::zeros({batch, m.n_q * kBlockTile, m.n_k * kBlockTile}, cell_masks.options());
-    const auto idx = [&](const std::vector<int64_t>& v) {
-      return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(dev);
-    };
-    const at::Tensor cells = whole.view({batch, m.n_q, kBlockTile, m.n_k, kBlockTile}).permute({1, 3, 0, 2, 4});
-    std::vector<int64_t> fi, fj;
-    for (int64_t i = 0; i < m.n_q; ++i)
-      for (int64_t j = 0; j < m.n_k; ++j)
-        if (m.kind[static_cast<size_t>(i * m.n_k + j)] == BlockKind::full) {
-          fi.push_back(i);
-          fj.push_back(j);
+    // Keep the masks of the cells still masked (reclassified ones drop out), indexed per cell.
+    plan.cell_index.assign(m.kind.size(), -1);
+    std::vector<int64_t> keep;
+    for (int64_t i = 0, c = 0; i < m.n_q; ++i)
+      for (int64_t j = 0; j < m.n_k; ++j) {
+        const size_t cell = static_cast<size_t>(i * m.n_k + j);
+        if (c < n_masked && qi[static_cast<size_t>(c)] == i && kj[static_cast<size_t>(c)] == j) {
+          if (m.kind[cell] == BlockKind::masked) {
+            plan.cell_index[cell] = static_cast<int64_t>(keep.size());
+            keep.push_back(c);
+          }
+          ++c;
         }
-    if (!fi.empty()) cells.index_put_({idx(fi), idx(fj)}, at::scalar_tensor(true, cell_masks.options()));
-    if (any_masked) cells.index_put_({idx(qi), idx(kj)}, cell_masks);
-    plan.mask = whole.narrow(1, 0, rows).narrow(2, 0, cols);
+      }
+    plan.cell_masks = static_cast<int64_t>(keep.size()) == n_masked
+                          ? cell_masks
+                          : cell_masks.index_select(0, at::tensor(keep, at::TensorOptions().dtype(at::kLong))
+                                                               .to(cell_masks.device()));
   }
   plan.computed_pairs = m.computed_pairs;
   plan.tiles = std::move(m);
   return plan;
 }
 
+at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
+                     const at::Device& device) {
+  const TileMap& m = plan.tiles;
+  CP_CHECK(plan.kind == BlockKind::masked && r0 >= 0 && c0 >= 0 && n >= 0 && w >= 0 && r0 + n <= m.rows &&
+               c0 + w <= m.cols && r0 % kBlockTile == 0 && c0 % kBlockTile == 0,
+           "plan_mask: window rows [", r0, ", ", r0 + n, ") x cols [", c0, ", ", c0 + w, ") of a ", m.rows, " x ",
+           m.cols, " masked block (tile-aligned starts)");
+  if (plan.mask.defined()) return plan.mask.narrow(1, r0, n).narrow(2, c0, w);
+  const auto bool_opts = at::TensorOptions().dtype(at::kBool).device(device);
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
+  if (!plan.cell_masks.defined() && plan.causal) {  // the triangle: key j sees query i when j <= i
+    return (at::arange(c0, c0 + w, long_opts).unsqueeze(0) <= at::arange(r0, r0 + n, long_opts).unsqueeze(1))
+        .unsqueeze(0)
+        .expand({batch, n, w});
+  }
+  // Cells: full ones true, masked ones their mask, written through a [n_q, n_k, B, T, T] view.
+  const int64_t i0 = r0 / kBlockTile, j0 = c0 / kBlockTile;
+  const int64_t nq = ceil_div(n, kBlockTile), nk = ceil_div(w, kBlockTile);
+  at::Tensor out = at::zeros({batch, nq * kBlockTile, nk * kBlockTile}, bool_opts);
+  const at::Tensor cells = out.view({batch, nq, kBlockTile, nk, kBlockTile}).permute({1, 3, 0, 2, 4});
+  std::vector<int64_t> fi, fj, mi, mj, mo;
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j) {
+      const size_t cell = static_cast<size_t>((i0 + i) * m.n_k + j0 + j);
+      if (m.kind[cell] == BlockKind::full) {
+        fi.push_back(i);
+        fj.push_back(j);
+      } else if (m.kind[cell] == BlockKind::masked) {
+        CP_CHECK(cell < plan.cell_index.size() && plan.cell_index[cell] >= 0, "plan_mask: masked cell ", i0 + i, ",",
+                 j0 + j, " has no mask in the plan");
+        mi.push_back(i);
+        mj.push_back(j);
+        mo.push_back(plan.cell_index[cell]);
+      }
+    }
+  const auto idx = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).to(device); };
+  if (!fi.empty()) cells.index_put_({idx(fi), idx(fj)}, at::scalar_tensor(true, bool_opts));
+  if (!mi.empty()) cells.index_put_({idx(mi), idx(mj)}, plan.cell_masks.index_select(0, idx(mo)).to(device));
+  return out.narrow(1, 0, n).narrow(2, 0, w);
+}
+
+std::vector<MaskBand> mask_bands(const TileMap& m) {
+  std::vector<MaskBand> bands;
+  double own = 0;  // the band's tiles' own span areas
+  for (int64_t i = 0; i < m.n_q; ++i) {
+    int64_t j0 = m.n_k, j1 = -1;
+    for (int64_t j = 0; j < m.n_k; ++j)
+      if (m.kind[static_cast<size_t>(i * m.n_k + j)] != BlockKind::empty) {
+        j0 = std::min(j0, j);
+        j1 = j;
+      }
+    const int64_t r0 = i * kBlockTile, r1 = std::min(m.rows, r0 + kBlockTile);
+    if (j1 < 0) continue;
+    const int64_t c0 = j0 * kBlockTile, c1 = std::min(m.cols, (j1 + 1) * kBlockTile);
+    const double area = static_cast<double>((r1 - r0) * (c1 - c0));
+    if (!bands.empty() && bands.back().r1 == r0) {
+      MaskBand& b = bands.back();
+      const int64_t lo = std::min(b.c0, c0), hi = std::max(b.c1, c1);
+      if (static_cast<double>((r1 - b.r0) * (hi - lo)) <= 2 * (own + area)) {
+        b.r1 = r1;
+        b.c0 = lo;
+        b.c1 = hi;
+        own += area;
+        continue;
+      }
+    }
+    bands.push_back({r0, r1, c0, c1, false});
+    own = area;
+  }
+  for (MaskBand& b : bands)
+    for (int64_t i = b.r0 / kBlockTile; i * kBlockTile < b.r1 && !b.masked; ++i)
+      for (int64_t j = b.c0 / kBlockTile; j * kBlockTile < b.c1; ++j)
+        if (m.kind[static_cast<size_t>(i * m.n_k + j)] != BlockKind::full) {
+          b.masked = true;
+          break;
+        }
+  return bands;
+}
+
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                           double scale) {
   const TileMap m = mask.defined() ? tile_map(mask) : full_map(q.size(0), q.size(2), k.size(2));
-  return tiled_forward(q, k, v, mask, m, scale);
+  return tiled_forward(q, k, v, mask.defined() ? window_of(mask) : MaskWindow(), m, scale);
 }
 
 BlockPlan causal_block_plan(int64_t batch, int64_t n) {
@@ -486,22 +581,9 @@ BlockPlan causal_block_plan(int64_t batch, int64_t n) {
   return plan;
 }
 
-namespace {
-// A causal plan without its mask, given one for the tiled kernels (on `device`).
-BlockPlan with_causal_mask(const BlockPlan& plan, const at::Device& device) {
-  BlockPlan p = plan;
-  const int64_t n = plan.tiles.rows;
-  p.mask = at::ones({n, n}, at::TensorOptions().dtype(at::kBool).device(device))
-               .tril()
-               .unsqueeze(0)
-               .expand({plan.visible_pairs / (n * (n + 1) / 2), n, n});
-  return p;
-}
-}  // namespace
 
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                           double scale) {
-  if (plan.causal && !plan.mask.defined()) return block_forward(q, k, v, with_causal_mask(plan, q.device()), scale);
   const bool tr = plan.rows.defined(), tc = plan.cols.defined();
   const at::Tensor qs = tr ? q.index_select(2, plan.rows) : q;
   const at::Tensor ks = tc ? k.index_select(2, plan.cols) : k;
@@ -517,13 +599,11 @@ BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& lse, const at::Tensor& dsum, const at::Tensor& mask, double scale) {
   const TileMap m = mask.defined() ? tile_map(mask) : full_map(q.size(0), q.size(2), k.size(2));
-  return tiled_backward(dout, q, k, v, lse, dsum, mask, m, scale);
+  return tiled_backward(dout, q, k, v, lse, dsum, mask.defined() ? window_of(mask) : MaskWindow(), m, scale);
 }
 
 BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
-  if (plan.causal && !plan.mask.defined())
-    return block_backward(dout, q, k, v, lse, dsum, with_causal_mask(plan, q.device()), scale);
   const bool tr = plan.rows.defined(), tc = plan.cols.defined();
   auto rows = [&](const at::Tensor& t) { return tr ? t.index_select(2, plan.rows) : t; };
   auto cols = [&](const at::Tensor& t) { return tc ? t.index_select(2, plan.cols) : t; };

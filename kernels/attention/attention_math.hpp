@@ -53,9 +53,16 @@ struct BlockPlan {
   // quarter of what the cells would compute, the maths runs on those rows and columns only.
   // Undefined = all. int64 indices into the block's Sq / Sk.
   at::Tensor rows, cols;
-  at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked, undefined otherwise
-                               // (plan_from_cells: meaningful in the masked cells only)
-  TileMap tiles;               // of `mask` when kind == masked (empty otherwise)
+  at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked and the plan was made
+                               // from a whole mask (plan_block); undefined otherwise
+  TileMap tiles;               // of the block's mask when kind == masked (empty otherwise)
+  // plan_from_cells: the masks of the cells still masked, bool [n, B, kBlockTile, kBlockTile] (false
+  // past the block's edge), and for every cell of `tiles` (row-major) its index in them, -1 for a
+  // full or empty cell. The block's whole mask is never built from them: a bool [B, Sq, Sk] per block
+  // grows with S^2 (an all-to-all block over a 128K-token sequence would be 16 GiB); kernels build
+  // the mask of each window they evaluate with plan_mask().
+  at::Tensor cell_masks;
+  std::vector<int64_t> cell_index;
   // kind == masked and the mask is exactly the lower triangle of a square block (query i sees keys
   // j <= i: a diagonal causal block), so a fused kernel runs it with is_causal and no mask tensor.
   // Set by the transports' planner from token metadata (causal_block_plan); tiles describe the
@@ -66,6 +73,24 @@ struct BlockPlan {
                                // the non-empty cells' area when masked, 0 when empty)
 };
 
+// The mask of rows [r0, r0 + n) x cols [c0, c0 + w) of a masked plan (coordinates after its rows /
+// cols trimming; r0 and c0 multiples of kBlockTile), bool [B, n, w] on `device`, B = the plan's batch:
+// a slice of `mask` when the plan has one, else built from the cells (full cells true, empty false,
+// masked ones theirs) or, for a causal plan without cells, from the triangle (key j <= query i).
+[[nodiscard]] at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
+                                   const at::Device& device);
+
+// Bands of a masked block for kernels that take a mask tensor: consecutive query tiles whose non-empty
+// cells span key tiles [c0, c1), merged while the merged band computes at most twice the area of its
+// tiles' own spans, so the mask windows together stay within ~2x the non-empty cells' area instead of
+// Sq x Sk. Query tiles with no non-empty cell belong to no band. `masked`: some cell of the band
+// (inside its span) is masked or empty; false: the band is a rectangle of full cells and runs unmasked.
+struct MaskBand {
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;  // rows [r0, r1), cols [c0, c1) of the (trimmed) block
+  bool masked = false;
+};
+[[nodiscard]] std::vector<MaskBand> mask_bands(const TileMap& tiles);
+
 // Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
 [[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);
 
@@ -74,16 +99,15 @@ struct BlockPlan {
 // kBlockTile cells of a [batch, rows, cols] block: its full and empty cells must be exact; its masked
 // cells come with `cell_masks`, bool [n_masked, batch, kBlockTile, kBlockTile] in row-major cell
 // order (false past the block's edge). Masked cells that turn out full or empty are reclassified.
-// The result has no rows / cols trimming; when some cells stay masked, its mask is the block's whole
-// mask (full cells true, masked cells theirs), so a kernel that takes a mask can run it; when none do
-// (full and empty cells only), the mask is undefined. visible_pairs is exact. One device -> host copy
-// (none on the CPU).
+// The result has no rows / cols trimming and no whole mask: the cells that stay masked keep their
+// masks in cell_masks / cell_index (plan_mask builds any window from them). visible_pairs is exact.
+// One device -> host copy (none on the CPU).
 [[nodiscard]] BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector<BlockKind> kind,
                                         const at::Tensor& cell_masks);
 
 // The plan of a diagonal causal block of n tokens (query i sees keys j <= i), built without a mask:
-// kind masked, causal, tiles of the triangle, mask undefined (the tiled kernels materialize it when a
-// block falls back to them; the fused kernels run it with is_causal).
+// kind masked, causal, tiles of the triangle, mask undefined (the tiled kernels build the windows they
+// evaluate with plan_mask; the fused kernels run it with is_causal).
 [[nodiscard]] BlockPlan causal_block_plan(int64_t batch, int64_t n);
 
 // Partial attention of one block. Not differentiable (call under no-grad or from a custom Function).

@@ -158,15 +158,11 @@ at::Tensor cols_back(const BlockPlan& p, const at::Tensor& part, int64_t n) {
   shape[2] = n;
   return at::zeros(shape, part.options()).index_copy_(2, p.cols, part);
 }
-// [.., n, ..] on dim 2 from a piece at [a, b): padded with `fill`.
-at::Tensor pad_dim2(const at::Tensor& t, int64_t a, int64_t b, int64_t n, double fill) {
-  if (a == 0 && b == n) return t;
-  std::vector<int64_t> pad(static_cast<size_t>(2 * (t.dim() - 2)), 0);
-  // constant_pad_nd pads from the last dim backwards: dim 2 is entry (dim - 1 - 2).
-  const size_t at2 = static_cast<size_t>(2 * (t.dim() - 3));
-  pad[at2] = a;
-  pad[at2 + 1] = n - b;
-  return at::constant_pad_nd(t, pad, fill);
+
+// The call of one band: unmasked when its cells are all full, else with the band's own mask window.
+Call band_call(const BlockPlan& plan, const MaskBand& band, const at::Tensor& q) {
+  if (!band.masked) return Call{};
+  return Call{false, plan_mask(plan, q.size(0), band.r0, band.r1 - band.r0, band.c0, band.c1 - band.c0, q.device())};
 }
 
 }  // namespace
@@ -193,8 +189,6 @@ KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::D
   if (policy == KernelPolicy::tiled) return KernelRoute::tiled;
   const bool unmasked = plan.kind == BlockKind::full || plan.causal ||
                         (plan.kind == BlockKind::masked && full_rectangle(plan.tiles).has_value());
-  // Full and empty cells in no rectangle come without a mask tensor (plan_from_cells): the tiled kernel.
-  if (!unmasked && !plan.mask.defined()) return KernelRoute::tiled;
   if (device.is_cpu()) return dtype == at::kDouble || dtype == at::kFloat ? KernelRoute::cpu_flash : KernelRoute::tiled;
   if (!device.is_cuda() || dtype == at::kDouble) return KernelRoute::tiled;
   if (unmasked && is_16bit(dtype) && head_dim % 8 == 0 && head_dim <= 256) return KernelRoute::cuda_flash;
@@ -212,14 +206,26 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   BlockOutput r;
   if (plan.kind == BlockKind::full || plan.causal) {
     r = fused_forward(qs, ks, vs, Call{plan.causal, {}}, scale, route);
-  } else if (auto rect = full_rectangle(plan.tiles)) {
-    const int64_t n = qs.size(2);
-    BlockOutput part = fused_forward(qs.narrow(2, rect->r0, rect->r1 - rect->r0), ks.narrow(2, rect->c0, rect->c1 - rect->c0),
-                                     vs.narrow(2, rect->c0, rect->c1 - rect->c0), Call{}, scale, route);
-    r.out = pad_dim2(part.out, rect->r0, rect->r1, n, 0);
-    r.lse = pad_dim2(part.lse.unsqueeze(-1), rect->r0, rect->r1, n, kNegInf).squeeze(-1);
   } else {
-    r = fused_forward(qs, ks, vs, Call{false, plan.mask}, scale, route);
+    // Band by band (mask_bands): each band's rows see keys only in its span, so its call takes that
+    // span and a mask of the band's size; rows in no band see nothing (out 0, lse -inf).
+    const std::vector<MaskBand> bands = mask_bands(plan.tiles);
+    const int64_t n = qs.size(2);
+    if (bands.size() == 1 && bands[0].r0 == 0 && bands[0].r1 == n) {
+      r = fused_forward(qs, ks.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0),
+                        vs.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0), band_call(plan, bands[0], qs), scale,
+                        route);
+    } else {
+      r.out = at::zeros({qs.size(0), qs.size(1), n, vs.size(3)}, qs.options().dtype(cd));
+      r.lse = at::full({qs.size(0), qs.size(1), n}, kNegInf, qs.options().dtype(cd));
+      for (const MaskBand& band : bands) {
+        const int64_t nr = band.r1 - band.r0, nc = band.c1 - band.c0;
+        const BlockOutput part = fused_forward(qs.narrow(2, band.r0, nr), ks.narrow(2, band.c0, nc),
+                                               vs.narrow(2, band.c0, nc), band_call(plan, band, qs), scale, route);
+        r.out.narrow(2, band.r0, nr).copy_(part.out);
+        r.lse.narrow(2, band.r0, nr).copy_(part.lse);
+      }
+    }
   }
   r.out = rows_back(plan, r.out, sq, 0);
   r.lse = rows_back(plan, r.lse.unsqueeze(-1), sq, kNegInf).squeeze(-1);
@@ -240,16 +246,21 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
   BlockGrads g;
   if (plan.kind == BlockKind::full || plan.causal) {
     g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}}, scale, route);
-  } else if (auto rect = full_rectangle(plan.tiles)) {
-    const int64_t nr = rect->r1 - rect->r0, nc = rect->c1 - rect->c0;
-    BlockGrads part = fused_backward(ds.narrow(2, rect->r0, nr), qs.narrow(2, rect->r0, nr), ks.narrow(2, rect->c0, nc),
-                                     vs.narrow(2, rect->c0, nc), os.narrow(2, rect->r0, nr), ls.narrow(2, rect->r0, nr),
-                                     Call{}, scale, route);
-    g.dq = pad_dim2(part.dq, rect->r0, rect->r1, qs.size(2), 0);
-    g.dk = pad_dim2(part.dk, rect->c0, rect->c1, ks.size(2), 0);
-    g.dv = pad_dim2(part.dv, rect->c0, rect->c1, vs.size(2), 0);
   } else {
-    g = fused_backward(ds, qs, ks, vs, os, ls, Call{false, plan.mask}, scale, route);
+    // The forward's bands: dQ rows are the band's own, dK / dV add up over the bands' key spans.
+    g.dq = at::zeros(qs.sizes(), qs.options().dtype(cd));
+    g.dk = at::zeros(ks.sizes(), ks.options().dtype(cd));
+    g.dv = at::zeros(vs.sizes(), vs.options().dtype(cd));
+    for (const MaskBand& band : mask_bands(plan.tiles)) {
+      const int64_t nr = band.r1 - band.r0, nc = band.c1 - band.c0;
+      const BlockGrads part = fused_backward(ds.narrow(2, band.r0, nr), qs.narrow(2, band.r0, nr),
+                                             ks.narrow(2, band.c0, nc), vs.narrow(2, band.c0, nc),
+                                             os.narrow(2, band.r0, nr), ls.narrow(2, band.r0, nr),
+                                             band_call(plan, band, qs), scale, route);
+      g.dq.narrow(2, band.r0, nr).copy_(part.dq);
+      g.dk.narrow(2, band.c0, nc).add_(part.dk);
+      g.dv.narrow(2, band.c0, nc).add_(part.dv);
+    }
   }
   g.dq = rows_back(plan, g.dq, q.size(2), 0);
   g.dk = cols_back(plan, g.dk, k.size(2));

@@ -11,9 +11,10 @@
 //   cuda_efficient  at::_scaled_dot_product_efficient_attention (+ _backward); float32 / 16-bit;
 //                   takes an additive bias (masked blocks, and float32 unmasked ones)
 // Per plan: a diagonal causal block (BlockPlan::causal) runs with is_causal; a fully visible block
-// unmasked; a masked block whose non-empty cells are one rectangle of full cells runs unmasked on that
-// rectangle; any other masked block runs with its mask (rows that see nothing in it are fixed to out
-// 0, lse -inf). Float64 on CUDA stays on the tiled kernel (no fused CUDA kernel takes it).
+// unmasked; a masked block runs band by band (attention_math.hpp mask_bands: query tiles grouped by the
+// key span of their non-empty cells), each band on its span only, unmasked when its cells are all full
+// (a head-tail block off the diagonal is one such rectangle), else with the band's own mask window, so
+// no call builds a mask of the whole block (rows that see nothing are fixed to out 0, lse -inf). Float64 on CUDA stays on the tiled kernel (no fused CUDA kernel takes it).
 //
 // Results are in the compute dtype (attention_math.hpp: float64 stays float64, else float32), so the
 // transports merge partial results in float32 by LSE whatever the kernel's input dtype.

@@ -144,6 +144,7 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
       if (p.rows.defined()) p.rows = p.rows.to(device);
       if (p.cols.defined()) p.cols = p.cols.to(device);
       if (p.mask.defined()) p.mask = p.mask.to(device);
+      if (p.cell_masks.defined()) p.cell_masks = p.cell_masks.to(device);
     }
     plans_.push_back(std::move(p));
   }

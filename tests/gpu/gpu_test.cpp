@@ -127,6 +127,7 @@ TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
   blocks.push_back({"striped (mask, a row sees nothing)", kernels::plan_block(causal, row(ar * 2), row(ar * 2 + 1))});
   for (auto& b : blocks) {
     if (b.plan.mask.defined()) b.plan.mask = b.plan.mask.to(cuda);
+    if (b.plan.cell_masks.defined()) b.plan.cell_masks = b.plan.cell_masks.to(cuda);
   }
   for (auto dt : {at::kBFloat16, at::kFloat}) {
     for (const auto& b : blocks) {

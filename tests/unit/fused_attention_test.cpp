@@ -1,7 +1,7 @@
 // The fused block routes (kernels/attention/fused_attention.hpp) against the tiled kernel, their CPU
 // twin: every route a CPU block can take (diagonal causal with is_causal, fully visible, a rectangle of
 // full cells, masked with rows that see nothing, trimmed plans, GQA), forward (out, lse) and backward
-// (dq, dk, dv), in float64 and float32. Then both transports at W = 1 through their autograd nodes,
+// (dq, dk, dv), in float64 and float32; a long block of many documents band by band. Then both transports at W = 1 through their autograd nodes,
 // fused against tiled, and which route each block took.
 #include <gtest/gtest.h>
 
@@ -146,6 +146,62 @@ TEST_P(FusedBlock, EveryCpuRouteEqualsTheTiledKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedBlock, ::testing::Values(at::kDouble, at::kFloat),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
+
+// A long block of many documents (and a sliding window): the masked route runs band by band, the
+// bands' windows cover the non-empty cells within 2x their area (never the Sq x Sk block), the plan
+// keeps no whole mask, and forward and backward equal the tiled kernel.
+TEST(FusedBlock, ManyDocumentsRunBandByBandWithoutTheWholeMask) {
+  const int64_t B = 2, S = 1500, D = 8;
+  TokenMeta docs = meta(at::arange(S), B);
+  // Row 0: 9 documents of uneven lengths; row 1: 5 others; a few padded keys at the end.
+  const std::vector<int64_t> ends0{90, 300, 333, 600, 790, 1000, 1200, 1390, S}, ends1{250, 640, 700, 1100, S};
+  for (const auto& [row, ends] : {std::pair{0, ends0}, std::pair{1, ends1}}) {
+    int64_t start = 0, d = 0;
+    for (int64_t e : ends) {
+      docs.doc[row].narrow(0, start, e - start).fill_(d++);
+      start = e;
+    }
+  }
+  docs.valid.narrow(1, S - 7, 7).fill_(false);
+  for (const char* mk : {"document", "sliding_window:100"}) {
+    const MaskSpec mask = MaskSpec::parse(mk);
+    const BlockPlan plan = kernels::plan_block(mask, docs, docs);
+    ASSERT_EQ(plan.kind, BlockKind::masked) << mk;
+    EXPECT_FALSE(plan.mask.defined()) << mk << ": the plan built the whole [B, S, S] mask";
+    const auto bands = kernels::mask_bands(plan.tiles);
+    int64_t band_area = 0, covered_rows = 0;
+    for (const auto& b : bands) {
+      band_area += (b.r1 - b.r0) * (b.c1 - b.c0);
+      covered_rows += b.r1 - b.r0;
+    }
+    EXPECT_GE(bands.size(), 4u) << mk;
+    EXPECT_LE(B * band_area, 2 * plan.computed_pairs) << mk;
+    EXPECT_LT(band_area * 3, S * S) << mk << ": the bands cover most of the block";
+    EXPECT_EQ(covered_rows, S) << mk << ": every query tile has a visible key here";
+    const at::Tensor dense = build_mask(mask, docs, docs);
+    EXPECT_TRUE(kernels::plan_mask(plan, B, 0, S, 0, S, at::kCPU).equal(dense)) << mk;
+    for (const at::ScalarType dt : {at::kDouble, at::kFloat}) {
+      const double tol = dt == at::kDouble ? 1e-10 : 2e-5;
+      const auto route = kernels::block_route(plan, dt, at::kCPU, D, KernelPolicy::fused);
+      ASSERT_EQ(route, KernelRoute::cpu_flash) << mk;
+      at::manual_seed(5);
+      const auto o = at::TensorOptions().dtype(dt);
+      const at::Tensor q = at::randn({B, 2, S, D}, o), k = at::randn({B, 1, S, D}, o), v = at::randn({B, 1, S, D}, o);
+      const at::Tensor dout = at::randn({B, 2, S, D}, o);
+      const std::string what = std::string(mk) + " " + c10::toString(dt);
+      const auto want = kernels::block_forward(q, k, v, plan, 0.4);
+      const auto got = kernels::routed_forward(q, k, v, plan, 0.4, route);
+      expect_close(got.out, want.out, tol, what + " out");
+      expect_close(got.lse, want.lse, tol, what + " lse");
+      const at::Tensor dsum = (dout * want.out).sum(-1);
+      const auto gw = kernels::block_backward(dout, q, k, v, want.lse, dsum, plan, 0.4);
+      const auto gg = kernels::routed_backward(dout, q, k, v, want.out, want.lse, dsum, plan, 0.4, route);
+      expect_close(gg.dq, gw.dq, tol, what + " dq");
+      expect_close(gg.dk, gw.dk, tol, what + " dk");
+      expect_close(gg.dv, gw.dv, tol, what + " dv");
+    }
+  }
+}
 
 TEST(FusedBlock, DiagonalCausalOnlyWhenTheMaskIsTheTriangle) {
   const MaskSpec causal = MaskSpec::parse("causal");
