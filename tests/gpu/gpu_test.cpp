@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/comm/communicator.hpp"
+#include "kernels/comm/device_time.hpp"
 #include "kernels/comm/process_group.hpp"
 #include "harness/fs_util.hpp"
 #include "kernels/attention/reference.hpp"
@@ -184,4 +185,27 @@ TEST(Gpu, AttentionStepHasNoHostSynchronization) {
     }
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
   }
+}
+
+// DeviceTime on CUDA: taking a time records an event without synchronizing the host, and the span
+// between two covers the kernels launched in between.
+TEST(Gpu, DeviceTimeRecordsEventsWithoutSynchronizing) {
+  REQUIRE_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(cuda));
+  torch::cuda::synchronize();
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  comm::DeviceTime t0, t1;
+  try {
+    t0 = comm::DeviceTime::now(cuda);
+    at::Tensor c = a;
+    for (int i = 0; i < 8; ++i) c = at::mm(c, a);
+    t1 = comm::DeviceTime::now(cuda);
+  } catch (const std::exception& e) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    FAIL() << "DeviceTime::now synchronized the host: " << e.what();
+  }
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  EXPECT_TRUE(t0.on_cuda());
+  EXPECT_GT(comm::DeviceTime::between(t0, t1), 0.0);
 }

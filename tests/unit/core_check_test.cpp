@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kernels/comm/device_time.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -56,3 +57,21 @@ TEST(CheckMacro, UsageErrorsStayOneLineForTheUserAndKeepTheLocation) {
 
 }  // namespace
 }  // namespace cpbench
+
+// DeviceTime on the host: ordered, and mixing untaken times is an error naming the problem.
+TEST(DeviceTime, HostTimesAreOrderedAndUntakenOnesRefused) {
+  const auto a = cpbench::comm::DeviceTime::now(at::kCPU);
+  volatile double sink = 0;
+  for (int i = 0; i < 100000; ++i) sink = sink + i;
+  const auto b = cpbench::comm::DeviceTime::now(at::kCPU);
+  EXPECT_TRUE(a.valid());
+  EXPECT_FALSE(a.on_cuda());
+  EXPECT_GT(cpbench::comm::DeviceTime::between(a, b), 0.0);
+  EXPECT_LT(cpbench::comm::DeviceTime::between(b, a), 0.0);
+  try {
+    (void)cpbench::comm::DeviceTime::between(a, cpbench::comm::DeviceTime{});
+    FAIL() << "an untaken time was accepted";
+  } catch (const cpbench::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("never taken"), std::string::npos) << e.what();
+  }
+}
