@@ -185,6 +185,98 @@ std::string svg_errors(const Report& rep) {
   return s.str();
 }
 
+
+// The colour of a timeline event: phases by name, compute blocks by pass (alternating shades so each
+// transport step is its own block), waits red, transfers purple / brown.
+std::string timeline_colour(const TimelineEvent& e, int index) {
+  if (e.kind == "wait") return "#d62728";
+  if (e.kind == "transfer") return e.lane == "comm_grad" ? "#8c564b" : "#9467bd";
+  if (e.kind == "phase") {
+    if (e.name == "shard") return "#17becf";
+    if (e.name == "forward") return "#1f77b4";
+    if (e.name == "backward") return "#ff7f0e";
+    if (e.name == "gather") return "#2ca02c";
+    return "#dddddd";  // step
+  }
+  const bool bwd = e.name.find("_bwd") != std::string::npos;
+  const bool odd = index % 2 != 0;
+  if (bwd) return odd ? "#ffbb78" : "#e6850e";
+  return odd ? "#aec7e8" : "#3a78b5";
+}
+
+// A Gantt chart of one case's timed step: a row group per CP rank (phases, attention compute with its
+// waits, K/V transfers, dK/dV transfers), time from the common start.
+std::string svg_timeline(const RunResult& r) {
+  const Timeline& tl = r.timeline;
+  if (tl.empty()) return "";
+  double end_s = 0;
+  for (const auto& rt : tl.ranks)
+    for (const auto& e : rt.events) end_s = std::max(end_s, e.start_s + e.dur_s);
+  if (end_s <= 0) return "";
+  const int L = 70, R = 190, W = 1000, lane_h[4] = {10, 14, 7, 7}, group_h = 10 + 14 + 7 + 7 + 12, top = 18;
+  const int H = top + static_cast<int>(tl.ranks.size()) * group_h + 30;
+  const double span = W - L - R;
+  auto px = [&](double t) { return L + t / end_s * span; };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='10'>";
+  // Time axis: ~8 ticks at a round number of milliseconds.
+  const double ms = end_s * 1e3;
+  double tick = std::pow(10.0, std::floor(std::log10(ms / 8)));
+  if (ms / tick > 16) tick *= 2;
+  if (ms / tick > 16) tick *= 2.5;
+  for (double t = 0; t <= ms + 1e-9; t += tick) {
+    const double x = px(t * 1e-3);
+    s << "<line x1='" << num(x, 6) << "' x2='" << num(x, 6) << "' y1='" << top - 4 << "' y2='" << H - 28
+      << "' stroke='#eee'/><text x='" << num(x, 6) << "' y='" << H - 16 << "' text-anchor='middle'>" << num(t, 4)
+      << "</text>";
+  }
+  s << "<text x='" << L + span / 2 << "' y='" << H - 3 << "' text-anchor='middle'>ms since the step's common start</text>";
+  for (size_t g = 0; g < tl.ranks.size(); ++g) {
+    const RankTimeline& rt = tl.ranks[g];
+    const int y0 = top + static_cast<int>(g) * group_h;
+    int lane_y[4];
+    lane_y[0] = y0;
+    for (int k = 1; k < 4; ++k) lane_y[k] = lane_y[k - 1] + lane_h[k - 1] + 1;
+    s << "<text x='0' y='" << y0 + 20 << "' font-weight='bold'>rank " << rt.rank << "</text>";
+    double compute = 0, wait = 0;
+    int index = 0;
+    // The step first, so the phases draw over it.
+    std::vector<const TimelineEvent*> events;
+    for (const auto& e : rt.events) events.push_back(&e);
+    std::stable_sort(events.begin(), events.end(),
+                     [](const TimelineEvent* a, const TimelineEvent* b) { return (a->name == "step") > (b->name == "step"); });
+    for (const TimelineEvent* e : events) {
+      const int lane = e->lane == "phases" ? 0 : e->lane == "compute" ? 1 : e->lane == "comm" ? 2 : 3;
+      if (e->kind == "compute") compute += e->dur_s;
+      if (e->kind == "wait") wait += e->dur_s;
+      const double x = px(e->start_s), w = std::max(0.5, px(e->start_s + e->dur_s) - x);
+      s << "<rect x='" << num(x, 6) << "' y='" << lane_y[lane] << "' width='" << num(w, 6) << "' height='"
+        << lane_h[lane] << "' fill='" << timeline_colour(*e, e->kind == "compute" ? index++ : 0) << "'"
+        << (e->kind == "compute" ? " stroke='#fff' stroke-width='0.5'" : "") << "><title>rank " << rt.rank << " "
+        << html_escape(e->name) << " (" << e->kind << "): " << num(e->start_s * 1e3, 4) << " ms + "
+        << num(e->dur_s * 1e3, 4) << " ms</title></rect>";
+    }
+    s << "<text x='" << W - R + 8 << "' y='" << y0 + 20 << "'>compute " << num(compute * 1e3, 3) << " ms, wait "
+      << num(wait * 1e3, 3) << " ms</text>";
+  }
+  s << "</svg>";
+  return s.str();
+}
+
+std::string timeline_legend() {
+  const std::pair<const char*, const char*> items[] = {
+      {"#17becf", "shard"},          {"#1f77b4", "forward"},         {"#ff7f0e", "backward"},
+      {"#2ca02c", "gather"},         {"#3a78b5", "attention fwd step"}, {"#e6850e", "attention bwd step"},
+      {"#d62728", "wait (exposed communication)"}, {"#9467bd", "K/V in flight"}, {"#8c564b", "dK/dV in flight"}};
+  std::ostringstream s;
+  s << "<p style='font-size:11px'>";
+  for (const auto& [c, l] : items)
+    s << "<span style='display:inline-block;width:10px;height:10px;background:" << c
+      << ";margin:0 4px 0 12px'></span>" << l;
+  s << "</p>";
+  return s.str();
+}
 }  // namespace
 
 std::string summary_table(const Report& rep) {
@@ -296,6 +388,20 @@ std::string html_report(const Report& rep) {
     if (bars.empty()) continue;
     os << "<div class='bars'>" << html_escape(r.name) << "<br>imbalance " << metric_text(r, "attention_flops_imbalance")
        << " (time " << metric_text(r, "attention_time_imbalance") << ")<br>" << bars << "</div>";
+  }
+  bool any_timeline = false;
+  for (const auto& r : rep.results) any_timeline = any_timeline || !r.timeline.empty();
+  if (any_timeline) {
+    os << "<h2>Timeline of the last timed step (per rank: phases; attention blocks per transport step, waits in "
+          "red; transfers in flight below; trace.json has the same for Perfetto, docs/timeline.md)</h2>"
+       << timeline_legend();
+    for (const auto& r : rep.results) {
+      const std::string svg = svg_timeline(r);
+      if (svg.empty()) continue;
+      os << "<div class='timeline'><b>" << html_escape(r.name) << "</b> (step " << metric_text(r, "step_time_s")
+         << " s median, attention imbalance " << metric_text(r, "attention_flops_imbalance") << ")<br>" << svg
+         << "</div>";
+    }
   }
   os << "<h2>Throughput against CP size</h2>" << svg_throughput(rep);
   os << "<h2>Error against the single-rank reference (worst error / its bound; tick = 1, docs/correctness.md)</h2>" << svg_errors(rep);
