@@ -213,7 +213,19 @@ std::string svg_timeline(const RunResult& r) {
   for (const auto& rt : tl.ranks)
     for (const auto& e : rt.events) end_s = std::max(end_s, e.start_s + e.dur_s);
   if (end_s <= 0) return "";
-  const int L = 70, R = 190, W = 1000, lane_h[4] = {10, 14, 7, 7}, group_h = 10 + 14 + 7 + 7 + 12, top = 18;
+  // Per rank: attention compute and wait, for the bars on the right (the straggler has the longest
+  // compute bar; a balanced layout has equal ones).
+  std::vector<double> compute(tl.ranks.size(), 0.0), wait(tl.ranks.size(), 0.0);
+  double busiest = 0;
+  for (size_t g = 0; g < tl.ranks.size(); ++g) {
+    for (const auto& e : tl.ranks[g].events) {
+      if (e.kind == "compute") compute[g] += e.dur_s;
+      if (e.kind == "wait") wait[g] += e.dur_s;
+    }
+    busiest = std::max(busiest, compute[g] + wait[g]);
+  }
+  const double max_compute = *std::max_element(compute.begin(), compute.end());
+  const int L = 70, R = 250, W = 1000, lane_h[4] = {10, 14, 7, 7}, group_h = 10 + 14 + 7 + 7 + 12, top = 18;
   const int H = top + static_cast<int>(tl.ranks.size()) * group_h + 30;
   const double span = W - L - R;
   auto px = [&](double t) { return L + t / end_s * span; };
@@ -239,7 +251,6 @@ std::string svg_timeline(const RunResult& r) {
     lane_y[0] = y0;
     for (int k = 1; k < 4; ++k) lane_y[k] = lane_y[k - 1] + lane_h[k - 1] + 1;
     s << "<text x='0' y='" << y0 + 20 << "' font-weight='bold'>rank " << rt.rank << "</text>";
-    double compute = 0, wait = 0;
     int index = 0;
     // The step first, so the phases draw over it.
     std::vector<const TimelineEvent*> events;
@@ -248,8 +259,6 @@ std::string svg_timeline(const RunResult& r) {
                      [](const TimelineEvent* a, const TimelineEvent* b) { return (a->name == "step") > (b->name == "step"); });
     for (const TimelineEvent* e : events) {
       const int lane = e->lane == "phases" ? 0 : e->lane == "compute" ? 1 : e->lane == "comm" ? 2 : 3;
-      if (e->kind == "compute") compute += e->dur_s;
-      if (e->kind == "wait") wait += e->dur_s;
       const double x = px(e->start_s), w = std::max(0.5, px(e->start_s + e->dur_s) - x);
       s << "<rect x='" << num(x, 6) << "' y='" << lane_y[lane] << "' width='" << num(w, 6) << "' height='"
         << lane_h[lane] << "' fill='" << timeline_colour(*e, e->kind == "compute" ? index++ : 0) << "'"
@@ -257,8 +266,14 @@ std::string svg_timeline(const RunResult& r) {
         << html_escape(e->name) << " (" << e->kind << "): " << num(e->start_s * 1e3, 4) << " ms + "
         << num(e->dur_s * 1e3, 4) << " ms</title></rect>";
     }
-    s << "<text x='" << W - R + 8 << "' y='" << y0 + 20 << "'>compute " << num(compute * 1e3, 3) << " ms, wait "
-      << num(wait * 1e3, 3) << " ms</text>";
+    const double bar = 80, cw = busiest > 0 ? compute[g] / busiest * bar : 0, ww = busiest > 0 ? wait[g] / busiest * bar : 0;
+    s << "<rect x='" << W - R + 8 << "' y='" << y0 + 4 << "' width='" << num(cw, 6) << "' height='12' fill='#3a78b5'/>"
+      << "<rect x='" << num(W - R + 8 + cw, 6) << "' y='" << y0 + 4 << "' width='" << num(ww, 6)
+      << "' height='12' fill='#d62728'/>";
+    s << "<text x='" << W - R + 8 + bar + 6 << "' y='" << y0 + 14 << "'"
+      << (compute[g] == max_compute && tl.ranks.size() > 1 ? " font-weight='bold'" : "") << ">compute "
+      << num(compute[g] * 1e3, 3) << " ms</text><text x='" << W - R + 8 + bar + 6 << "' y='" << y0 + 26
+      << "' fill='#d62728'>wait " << num(wait[g] * 1e3, 3) << " ms</text>";
   }
   s << "</svg>";
   return s.str();

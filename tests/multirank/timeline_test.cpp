@@ -139,7 +139,7 @@ std::map<int, RankRanges> read_ranges(const std::string& dir) {
   return out;
 }
 
-class Timeline : public ::testing::Test {
+class StepTimeline : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     g_run.dir = "/tmp/cpbench-timeline-test-" + std::to_string(::getpid());
@@ -159,7 +159,7 @@ class Timeline : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(Timeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
+TEST_F(StepTimeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
   const std::map<int, RankRanges> by_rank = read_ranges(g_run.nvtx_dir);
   ASSERT_EQ(by_rank.size(), static_cast<size_t>(kW)) << "expected one recorder file per rank in " << g_run.nvtx_dir
                                                      << " (was the injection library loaded?)";
@@ -185,8 +185,11 @@ TEST_F(Timeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
             << p << name << " was not emitted " << (parent.empty() ? "at top level" : "inside " + full_parent);
       };
       for (const auto& [phase, parent] : kPhases) expect_in(phase, parent);
-      if (rank == 0) expect_in("reference", "");
-      else EXPECT_FALSE(names.count(p + "reference")) << "only the first rank of a CP group runs the reference";
+      if (rank == 0) {
+        expect_in("reference", "");
+      } else {
+        EXPECT_FALSE(names.count(p + "reference")) << "only the first rank of a CP group runs the reference";
+      }
       // The transport's steps, inside the pass they belong to; the attention compute and
       // communication inside a step or its pass.
       std::set<std::string> attn_parents = {p + "forward", p + "backward"};
@@ -200,14 +203,18 @@ TEST_F(Timeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
       for (const char* attn : {"attn_compute", "attn_comm"}) {
         expected_names.insert(p + attn);
         EXPECT_TRUE(names.count(p + attn)) << p << attn << " was not emitted";
-        for (const auto& r : rr.ranges)
-          if (r.name == p + attn)
+        for (const auto& r : rr.ranges) {
+          if (r.name == p + attn) {
             EXPECT_TRUE(attn_parents.count(r.parent)) << p << attn << " inside '" << r.parent << "'";
+          }
+        }
       }
     }
     // Nothing else under cp: (a renamed range shows up here as well as missing above).
     for (const auto& n : names)
-      if (n.rfind("cp:", 0) == 0) EXPECT_TRUE(expected_names.count(n)) << "undocumented range " << n;
+      if (n.rfind("cp:", 0) == 0) {
+        EXPECT_TRUE(expected_names.count(n)) << "undocumented range " << n;
+      }
   }
   // The names are the ones the docs list.
   for (const auto& [phase, parent] : kPhases)
@@ -218,7 +225,7 @@ TEST_F(Timeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
     EXPECT_NE(doc.find(std::string("`cp:<sharder>:") + n + "`"), std::string::npos) << n << " is not in docs/timeline.md";
 }
 
-TEST_F(Timeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
+TEST_F(StepTimeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
   nlohmann::json trace;
   ASSERT_NO_THROW(trace = nlohmann::json::parse(std::ifstream(g_run.out + "/trace.json"))) << "not valid JSON";
   ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
@@ -272,7 +279,7 @@ TEST_F(Timeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
   }
 }
 
-TEST_F(Timeline, ReportsCarryTheTimeline) {
+TEST_F(StepTimeline, ReportsCarryTheTimeline) {
   const Report rep = report_from_json(read_json_file(g_run.out + "/report.json"));
   EXPECT_EQ(rep.schema_version, 3);
   ASSERT_EQ(rep.results.size(), kCases.size());

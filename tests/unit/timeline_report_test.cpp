@@ -79,8 +79,12 @@ TEST(TimelineReport, ChromeTraceHasOneProcessPerRankAndCasesInSequence) {
     const double ts = e["ts"], dur = e["dur"];
     if (e["args"]["case"] == "a") a_end = std::max(a_end, ts + dur);
     if (e["args"]["case"] == "b") b_start = std::min(b_start, ts);
-    if (e["name"] == "ring_bwd:1") EXPECT_EQ(e["tid"], 3);
-    if (e["name"] == "forward") EXPECT_EQ(e["tid"], 0);
+    if (e["name"] == "ring_bwd:1") {
+      EXPECT_EQ(e["tid"], 3);
+    }
+    if (e["name"] == "forward") {
+      EXPECT_EQ(e["tid"], 0);
+    }
   }
   EXPECT_EQ(x, 2 * 2 * 6);
   EXPECT_EQ(names, (std::set<int>{0, 1}));
