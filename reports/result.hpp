@@ -61,7 +61,7 @@ struct RankStats {
 //   lane "comm":     K/V transfers in flight, post to completion (overlapped or not)
 //   lane "comm_grad": dK/dV transfers in flight (the ring's partial sums, allgather's reduce-scatter)
 struct TimelineEvent {
-  std::string name;     // "forward", "ring_fwd:1", "wait", "kv 0->1", ...
+  std::string name;     // "step", "forward", "ring_fwd:1", "allgather_bwd:reduce_scatter", ...
   std::string lane;     // phases | compute | comm | comm_grad
   std::string kind;     // phase | compute | wait | transfer
   double start_s = 0;   // seconds since the common start
@@ -73,9 +73,9 @@ struct RankTimeline {
   std::vector<TimelineEvent> events;
 };
 
-// The last timed step of a case on every CP rank. `clock` says how the intervals were read
-// ("steady": host steady clock; on CUDA, phase bounds follow a device synchronize, block spans are host
-// time).
+// The median timed step of a case (by the CP group's slowest rank) on every CP rank. `clock` says how
+// the intervals were read ("steady": host steady clock; "steady+device_sync": on CUDA, phase bounds
+// follow a device synchronize, block spans are host time).
 struct Timeline {
   std::string clock;
   std::vector<RankTimeline> ranks;

@@ -407,7 +407,7 @@ std::string html_report(const Report& rep) {
   bool any_timeline = false;
   for (const auto& r : rep.results) any_timeline = any_timeline || !r.timeline.empty();
   if (any_timeline) {
-    os << "<h2>Timeline of the last timed step (per rank: phases; attention blocks per transport step, waits in "
+    os << "<h2>Timeline of the median timed step (per rank: phases; attention blocks per transport step, waits in "
           "red; transfers in flight below; trace.json has the same for Perfetto, docs/timeline.md)</h2>"
        << timeline_legend();
     for (const auto& r : rep.results) {

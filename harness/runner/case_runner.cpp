@@ -489,16 +489,17 @@ struct Timings {
   double flops = 0, bytes = 0;
   std::map<std::string, int64_t> kernel_blocks;  // per step
   int64_t pairs = 0;
-  RankTimeline timeline;  // the last timed step
+  RankTimeline timeline;  // the median timed step (see time_steps)
 };
 
 Timings time_steps(CaseContext& x, AttentionStats& stats) {
   for (int64_t i = 0; i < x.s.measure.warmup; ++i) (void)run_step(x, stats, nullptr);
   Timings m;
-  m.timeline.rank = x.cp_rank;
+  std::vector<RankTimeline> timelines(static_cast<size_t>(x.s.measure.iters));
   for (int64_t i = 0; i < x.s.measure.iters; ++i) {
-    const bool last = i + 1 == x.s.measure.iters;
-    StepTimes t = run_step(x, stats, nullptr, last ? &m.timeline : nullptr);
+    RankTimeline& trace = timelines[static_cast<size_t>(i)];
+    trace.rank = x.cp_rank;
+    StepTimes t = run_step(x, stats, nullptr, &trace);
     m.total.push_back(t.total);
     m.shard.push_back(t.shard);
     m.fwd.push_back(t.forward);
@@ -513,6 +514,16 @@ Timings time_steps(CaseContext& x, AttentionStats& stats) {
     m.bytes = static_cast<double>(t.attn.bytes_sent);
     m.pairs = t.attn.visible_pairs;
   }
+  // The timeline shown is the step whose time, on the CP group's slowest rank, is the median (the lower
+  // one for an even count): one collective, so every rank keeps the same step.
+  at::Tensor slowest = at::tensor(m.total, at::kDouble).to(x.device);
+  x.comm.all_reduce_max(slowest);
+  const at::Tensor host = slowest.to(at::kCPU).contiguous();
+  const std::vector<double> totals(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+  std::vector<size_t> order(totals.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return totals[a] < totals[b]; });
+  m.timeline = std::move(timelines[order[(order.size() - 1) / 2]]);
   return m;
 }
 

@@ -288,6 +288,6 @@ TEST_F(StepTimeline, ReportsCarryTheTimeline) {
     EXPECT_EQ(r.timeline.clock, "steady");
   }
   const std::string html = read_text(g_run.out + "/report.html");
-  EXPECT_NE(html.find("Timeline of the last timed step"), std::string::npos);
+  EXPECT_NE(html.find("Timeline of the median timed step"), std::string::npos);
   EXPECT_NE(html.find("rank 1 ring_fwd:1"), std::string::npos) << "no ring step block in the Gantt chart";
 }
