@@ -57,7 +57,8 @@ json to_json(const RunResult& r) {
 json to_json(const RankTimeline& rt) {
   json events = json::array();
   for (const auto& e : rt.events)
-    events.push_back({{"name", e.name}, {"lane", e.lane}, {"kind", e.kind}, {"start_s", e.start_s}, {"dur_s", e.dur_s}});
+    events.push_back(
+        {{"name", e.name}, {"lane", e.lane}, {"kind", e.kind}, {"start_s", e.start_s}, {"dur_s", e.dur_s}});
   return {{"rank", rt.rank}, {"events", events}};
 }
 

@@ -61,11 +61,11 @@ struct RankStats {
 //   lane "comm":     K/V transfers in flight, post to completion (overlapped or not)
 //   lane "comm_grad": dK/dV transfers in flight (the ring's partial sums, allgather's reduce-scatter)
 struct TimelineEvent {
-  std::string name;     // "step", "forward", "ring_fwd:1", "allgather_bwd:reduce_scatter", ...
-  std::string lane;     // phases | compute | comm | comm_grad
-  std::string kind;     // phase | compute | wait | transfer
-  double start_s = 0;   // seconds since the common start
-  double dur_s = 0;     // seconds
+  std::string name;    // "step", "forward", "ring_fwd:1", "allgather_bwd:reduce_scatter", ...
+  std::string lane;    // phases | compute | comm | comm_grad
+  std::string kind;    // phase | compute | wait | transfer
+  double start_s = 0;  // seconds since the common start
+  double dur_s = 0;    // seconds
 };
 
 struct RankTimeline {

@@ -185,7 +185,6 @@ std::string svg_errors(const Report& rep) {
   return s.str();
 }
 
-
 // The colour of a timeline event: phases by name, compute blocks by pass (alternating shades so each
 // transport step is its own block), waits red, transfers purple / brown.
 std::string timeline_colour(const TimelineEvent& e, int index) {
@@ -243,7 +242,8 @@ std::string svg_timeline(const RunResult& r) {
       << "' stroke='#eee'/><text x='" << num(x, 6) << "' y='" << H - 16 << "' text-anchor='middle'>" << num(t, 4)
       << "</text>";
   }
-  s << "<text x='" << L + span / 2 << "' y='" << H - 3 << "' text-anchor='middle'>ms since the step's common start</text>";
+  s << "<text x='" << L + span / 2 << "' y='" << H - 3
+    << "' text-anchor='middle'>ms since the step's common start</text>";
   for (size_t g = 0; g < tl.ranks.size(); ++g) {
     const RankTimeline& rt = tl.ranks[g];
     const int y0 = top + static_cast<int>(g) * group_h;
@@ -255,8 +255,9 @@ std::string svg_timeline(const RunResult& r) {
     // The step first, so the phases draw over it.
     std::vector<const TimelineEvent*> events;
     for (const auto& e : rt.events) events.push_back(&e);
-    std::stable_sort(events.begin(), events.end(),
-                     [](const TimelineEvent* a, const TimelineEvent* b) { return (a->name == "step") > (b->name == "step"); });
+    std::stable_sort(events.begin(), events.end(), [](const TimelineEvent* a, const TimelineEvent* b) {
+      return (a->name == "step") > (b->name == "step");
+    });
     for (const TimelineEvent* e : events) {
       const int lane = e->lane == "phases" ? 0 : e->lane == "compute" ? 1 : e->lane == "comm" ? 2 : 3;
       const double x = px(e->start_s), w = std::max(0.5, px(e->start_s + e->dur_s) - x);
@@ -266,7 +267,8 @@ std::string svg_timeline(const RunResult& r) {
         << html_escape(e->name) << " (" << e->kind << "): " << num(e->start_s * 1e3, 4) << " ms + "
         << num(e->dur_s * 1e3, 4) << " ms</title></rect>";
     }
-    const double bar = 80, cw = busiest > 0 ? compute[g] / busiest * bar : 0, ww = busiest > 0 ? wait[g] / busiest * bar : 0;
+    const double bar = 80, cw = busiest > 0 ? compute[g] / busiest * bar : 0,
+                 ww = busiest > 0 ? wait[g] / busiest * bar : 0;
     s << "<rect x='" << W - R + 8 << "' y='" << y0 + 4 << "' width='" << num(cw, 6) << "' height='12' fill='#3a78b5'/>"
       << "<rect x='" << num(W - R + 8 + cw, 6) << "' y='" << y0 + 4 << "' width='" << num(ww, 6)
       << "' height='12' fill='#d62728'/>";
@@ -280,15 +282,20 @@ std::string svg_timeline(const RunResult& r) {
 }
 
 std::string timeline_legend() {
-  const std::pair<const char*, const char*> items[] = {
-      {"#17becf", "shard"},          {"#1f77b4", "forward"},         {"#ff7f0e", "backward"},
-      {"#2ca02c", "gather"},         {"#3a78b5", "attention fwd step"}, {"#e6850e", "attention bwd step"},
-      {"#d62728", "wait (exposed communication)"}, {"#9467bd", "K/V in flight"}, {"#8c564b", "dK/dV in flight"}};
+  const std::pair<const char*, const char*> items[] = {{"#17becf", "shard"},
+                                                       {"#1f77b4", "forward"},
+                                                       {"#ff7f0e", "backward"},
+                                                       {"#2ca02c", "gather"},
+                                                       {"#3a78b5", "attention fwd step"},
+                                                       {"#e6850e", "attention bwd step"},
+                                                       {"#d62728", "wait (exposed communication)"},
+                                                       {"#9467bd", "K/V in flight"},
+                                                       {"#8c564b", "dK/dV in flight"}};
   std::ostringstream s;
   s << "<p style='font-size:11px'>";
   for (const auto& [c, l] : items)
-    s << "<span style='display:inline-block;width:10px;height:10px;background:" << c
-      << ";margin:0 4px 0 12px'></span>" << l;
+    s << "<span style='display:inline-block;width:10px;height:10px;background:" << c << ";margin:0 4px 0 12px'></span>"
+      << l;
   s << "</p>";
   return s.str();
 }

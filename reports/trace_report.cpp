@@ -16,10 +16,14 @@ int trace_tid(const std::string& lane) {
 
 const char* trace_thread_name(int tid) {
   switch (tid) {
-    case 0: return "phases";
-    case 1: return "attention compute / waits";
-    case 2: return "K/V transfers";
-    default: return "dK/dV transfers";
+    case 0:
+      return "phases";
+    case 1:
+      return "attention compute / waits";
+    case 2:
+      return "K/V transfers";
+    default:
+      return "dK/dV transfers";
   }
 }
 
@@ -48,10 +52,19 @@ json chrome_trace(const Report& report) {
   }
   json meta = json::array();
   for (int rank : ranks) {
-    meta.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    meta.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
+    meta.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", rank},
+                    {"tid", 0},
+                    {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    meta.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
     for (int tid = 0; tid < 4; ++tid)
-      meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", tid}, {"args", {{"name", trace_thread_name(tid)}}}});
+      meta.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"tid", tid},
+                      {"args", {{"name", trace_thread_name(tid)}}}});
   }
   for (auto& e : events) meta.push_back(std::move(e));
   return {{"traceEvents", meta},

@@ -11,8 +11,8 @@
 #include <optional>
 
 #include "harness/model/data.hpp"
-#include "harness/runner/device_choice.hpp"
 #include "harness/model/model.hpp"
+#include "harness/runner/device_choice.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
@@ -279,10 +279,22 @@ void add_attention_spans(const AttentionStats& stats, clock_type::time_point sta
     e.start_s = rel(sp.begin);
     e.dur_s = std::chrono::duration<double>(sp.end - sp.begin).count();
     switch (sp.kind) {
-      case AttentionSpan::Kind::compute: e.lane = "compute"; e.kind = "compute"; break;
-      case AttentionSpan::Kind::wait: e.lane = "compute"; e.kind = "wait"; break;
-      case AttentionSpan::Kind::transfer: e.lane = "comm"; e.kind = "transfer"; break;
-      case AttentionSpan::Kind::transfer_grad: e.lane = "comm_grad"; e.kind = "transfer"; break;
+      case AttentionSpan::Kind::compute:
+        e.lane = "compute";
+        e.kind = "compute";
+        break;
+      case AttentionSpan::Kind::wait:
+        e.lane = "compute";
+        e.kind = "wait";
+        break;
+      case AttentionSpan::Kind::transfer:
+        e.lane = "comm";
+        e.kind = "transfer";
+        break;
+      case AttentionSpan::Kind::transfer_grad:
+        e.lane = "comm_grad";
+        e.kind = "transfer";
+        break;
     }
     trace.events.push_back(std::move(e));
   }

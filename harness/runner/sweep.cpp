@@ -17,19 +17,18 @@
 #include <map>
 #include <sstream>
 
-#include "sharders/core/version.hpp"
+#include "harness/fs_util.hpp"
+#include "harness/launcher/launcher.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
 #include "harness/runner/platform.hpp"
-#include "harness/fs_util.hpp"
-#include "harness/launcher/launcher.hpp"
-#include "kernels/comm/process_group.hpp"
 #include "harness/runner/scenario.hpp"
+#include "kernels/comm/process_group.hpp"
 #include "reports/json_report.hpp"
 #include "reports/text_report.hpp"
 #include "reports/trace_report.hpp"
 #include "sharders/core/check.hpp"
-
+#include "sharders/core/version.hpp"
 
 namespace cpbench {
 namespace {

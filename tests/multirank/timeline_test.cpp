@@ -26,7 +26,8 @@ namespace {
 
 constexpr int kW = 2;
 // Case 0 and case 1 of the scenario below, in order.
-const std::vector<std::pair<std::string, std::string>> kCases = {{"contiguous", "allgather"}, {"load_balanced", "ring"}};
+const std::vector<std::pair<std::string, std::string>> kCases = {{"contiguous", "allgather"},
+                                                                 {"load_balanced", "ring"}};
 
 const char* kScenario = R"(name: timeline
 model: {preset: tiny}
@@ -161,8 +162,8 @@ class StepTimeline : public ::testing::Test {
 
 TEST_F(StepTimeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
   const std::map<int, RankRanges> by_rank = read_ranges(g_run.nvtx_dir);
-  ASSERT_EQ(by_rank.size(), static_cast<size_t>(kW)) << "expected one recorder file per rank in " << g_run.nvtx_dir
-                                                     << " (was the injection library loaded?)";
+  ASSERT_EQ(by_rank.size(), static_cast<size_t>(kW))
+      << "expected one recorder file per rank in " << g_run.nvtx_dir << " (was the injection library loaded?)";
   const std::string doc = read_text(std::string(CPBENCH_SOURCE_DIR) + "/docs/timeline.md");
   for (const auto& [rank, rr] : by_rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -220,9 +221,11 @@ TEST_F(StepTimeline, EveryRankEmitsEveryDocumentedNvtxRangeProperlyNested) {
   for (const auto& [phase, parent] : kPhases)
     EXPECT_NE(doc.find("`cp:<sharder>:" + phase + "`"), std::string::npos) << phase << " is not in docs/timeline.md";
   for (const char* n : {"reference", "attn_compute", "attn_comm"})
-    EXPECT_NE(doc.find(std::string("`cp:<sharder>:") + n + "`"), std::string::npos) << n << " is not in docs/timeline.md";
+    EXPECT_NE(doc.find(std::string("`cp:<sharder>:") + n + "`"), std::string::npos)
+        << n << " is not in docs/timeline.md";
   for (const char* n : {"<transport>_fwd:<step>", "<transport>_bwd:<step>"})
-    EXPECT_NE(doc.find(std::string("`cp:<sharder>:") + n + "`"), std::string::npos) << n << " is not in docs/timeline.md";
+    EXPECT_NE(doc.find(std::string("`cp:<sharder>:") + n + "`"), std::string::npos)
+        << n << " is not in docs/timeline.md";
 }
 
 TEST_F(StepTimeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
@@ -264,7 +267,8 @@ TEST_F(StepTimeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
         EXPECT_LE(te, t1 + eps) << e.dump();
         seen.insert(std::to_string(e["tid"].get<int>()) + "/" + e["name"].get<std::string>());
       }
-      for (const char* ph : {"shard", "forward", "backward", "gather"}) EXPECT_TRUE(seen.count(std::string("0/") + ph)) << ph;
+      for (const char* ph : {"shard", "forward", "backward", "gather"})
+        EXPECT_TRUE(seen.count(std::string("0/") + ph)) << ph;
       for (int s = 0; s < kW; ++s)
         for (const char* pass : {"_fwd:", "_bwd:"})
           EXPECT_TRUE(seen.count("1/" + transport + pass + std::to_string(s))) << transport << pass << s;

@@ -5,7 +5,7 @@
 //
 // Output: one file per process, $CPBENCH_NVTX_RECORD_DIR/nvtx-<pid>.tsv (the current directory when the
 // variable is unset), created at the first range:
-//   # pid <pid> rank <$RANK or -> 
+//   # pid <pid> rank <$RANK or ->
 //   push <TAB> <thread id> <TAB> <ns, CLOCK_MONOTONIC> <TAB> <domain or -> <TAB> <message>
 //   pop  <TAB> <thread id> <TAB> <ns> <TAB> <domain or ->
 // docs/timeline.md describes it. Handles the core (nvtxRangePushA / PushEx / Pop) and the domain API
@@ -57,18 +57,19 @@ std::FILE* file() {
 }
 
 // Domains and registered strings are handed out as pointers to strings that live for the process.
-const char* domain_name(nvtxDomainHandle_t d) {
-  return d ? reinterpret_cast<const std::string*>(d)->c_str() : "-";
-}
+const char* domain_name(nvtxDomainHandle_t d) { return d ? reinterpret_cast<const std::string*>(d)->c_str() : "-"; }
 
 std::string message(const nvtxEventAttributes_t* a) {
   if (!a) return "";
   switch (a->messageType) {
-    case NVTX_MESSAGE_TYPE_ASCII: return a->message.ascii ? a->message.ascii : "";
+    case NVTX_MESSAGE_TYPE_ASCII:
+      return a->message.ascii ? a->message.ascii : "";
     case NVTX_MESSAGE_TYPE_REGISTERED:
       return a->message.registered ? *reinterpret_cast<const std::string*>(a->message.registered) : "";
-    case NVTX_MESSAGE_TYPE_UNICODE: return "<unicode message>";
-    default: return "";
+    case NVTX_MESSAGE_TYPE_UNICODE:
+      return "<unicode message>";
+    default:
+      return "";
   }
 }
 
