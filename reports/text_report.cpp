@@ -385,6 +385,23 @@ std::string markdown_report(const Report& rep) {
     for (const auto& rs : r.ranks)
       os << "| " << r.name << " | " << rs.rank << " | " << num(rs.attention_s) << " | " << num(rs.attention_flops, 4)
          << " | " << num(rs.bytes_sent, 4) << " |\n";
+  bool any_timeline = false;
+  for (const auto& r : rep.results) any_timeline = any_timeline || !r.timeline.empty();
+  if (any_timeline) {
+    os << "\n## Median timed step per rank (trace.json and report.html show it; docs/timeline.md)\n\n"
+          "| case | rank | step (ms) | attention compute (ms) | waiting for communication (ms) |\n|---|---:|---:|---:|---:|\n";
+    for (const auto& r : rep.results)
+      for (const auto& rt : r.timeline.ranks) {
+        double step = 0, compute = 0, wait = 0;
+        for (const auto& e : rt.events) {
+          if (e.kind == "phase" && e.name == "step") step = e.dur_s;
+          if (e.kind == "compute") compute += e.dur_s;
+          if (e.kind == "wait") wait += e.dur_s;
+        }
+        os << "| " << r.name << " | " << rt.rank << " | " << num(step * 1e3) << " | " << num(compute * 1e3) << " | "
+           << num(wait * 1e3) << " |\n";
+      }
+  }
   return os.str();
 }
 

@@ -91,13 +91,15 @@ TEST(TimelineReport, ChromeTraceHasOneProcessPerRankAndCasesInSequence) {
   EXPECT_GT(b_start, a_end) << "cases overlap on the time axis";
 }
 
-TEST(TimelineReport, HtmlShowsAGanttChartPerCase) {
+TEST(TimelineReport, HtmlShowsAGanttChartAndMarkdownATablePerCase) {
   Report rep;
   rep.results.push_back(with_timeline(0, "case-with-timeline"));
   const std::string html = html_report(rep);
   EXPECT_NE(html.find("Timeline of the median timed step"), std::string::npos);
   EXPECT_NE(html.find("rank 1 ring_fwd:0 (wait)"), std::string::npos);
   EXPECT_NE(html.find("rank 0 ring_bwd:1 (transfer)"), std::string::npos);
+  const std::string md = markdown_report(rep);
+  EXPECT_NE(md.find("| case-with-timeline | 1 | 10 | 2 | 0.5 |"), std::string::npos) << md;
   Report none;
   none.results.push_back(RunResult{});
   EXPECT_EQ(html_report(none).find("Timeline of the median timed step"), std::string::npos);
