@@ -46,7 +46,36 @@ json to_json(const RunResult& r) {
     ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
                      {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s}});
   j["ranks"] = ranks;
+  if (!r.timeline.empty()) {
+    json tl = {{"clock", r.timeline.clock}, {"ranks", json::array()}};
+    for (const auto& rt : r.timeline.ranks) tl["ranks"].push_back(to_json(rt));
+    j["timeline"] = tl;
+  }
   return j;
+}
+
+json to_json(const RankTimeline& rt) {
+  json events = json::array();
+  for (const auto& e : rt.events)
+    events.push_back(
+        {{"name", e.name}, {"lane", e.lane}, {"kind", e.kind}, {"start_s", e.start_s}, {"dur_s", e.dur_s}});
+  return {{"rank", rt.rank}, {"events", events}};
+}
+
+RankTimeline rank_timeline_from_json(const json& j) {
+  RankTimeline rt;
+  rt.rank = j.value("rank", 0);
+  for (const auto& e : j.value("events", json::array()))
+    rt.events.push_back({e.value("name", ""), e.value("lane", ""), e.value("kind", ""), e.value("start_s", 0.0),
+                         e.value("dur_s", 0.0)});
+  return rt;
+}
+
+Timeline timeline_from_json(const json& j) {
+  Timeline t;
+  t.clock = j.value("clock", "");
+  for (const auto& rj : j.value("ranks", json::array())) t.ranks.push_back(rank_timeline_from_json(rj));
+  return t;
 }
 
 RunResult run_result_from_json(const json& j) {
@@ -89,6 +118,7 @@ RunResult run_result_from_json(const json& j) {
   for (const auto& s : j.value("ranks", json::array()))
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
                        s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0)});
+  if (j.contains("timeline")) r.timeline = timeline_from_json(j.at("timeline"));  // schema 3
   return r;
 }
 
@@ -123,9 +153,9 @@ Report report_from_json(const json& j) {
     throw std::runtime_error("not a cpbench report (missing \"schema\": \"cpbench-report\")");
   Report r;
   r.schema_version = j.value("schema_version", 0);
-  if (r.schema_version != 1 && r.schema_version != 2)
+  if (r.schema_version < 1 || r.schema_version > 3)
     throw std::runtime_error("unsupported report schema_version " + std::to_string(r.schema_version) +
-                             " (this cpbench reads 1 and 2)");
+                             " (this cpbench reads 1 to 3)");
   const auto sc = j.value("scenario", json::object());
   r.scenario_name = sc.value("name", "");
   r.scenario_file = sc.value("file", "");

@@ -1,5 +1,5 @@
 #pragma once
-// report.json: the stable, versioned schema (schema_version 1). Reads back what it writes.
+// report.json: the stable, versioned schema (schema_version 3; reads 1 to 3). Reads back what it writes.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -10,6 +10,9 @@ namespace cpbench {
 
 [[nodiscard]] nlohmann::json to_json(const RunResult& r);
 [[nodiscard]] RunResult run_result_from_json(const nlohmann::json& j);
+[[nodiscard]] nlohmann::json to_json(const RankTimeline& t);
+[[nodiscard]] RankTimeline rank_timeline_from_json(const nlohmann::json& j);
+[[nodiscard]] Timeline timeline_from_json(const nlohmann::json& j);
 [[nodiscard]] nlohmann::json to_json(const Report& r);
 [[nodiscard]] Report report_from_json(const nlohmann::json& j);
 

@@ -53,6 +53,35 @@ struct RankStats {
   double transfer_s = 0;       // per step, time communication was in flight (overlapped or not)
 };
 
+// One interval of a rank's timed step, relative to the step's common start (every rank of the CP group
+// leaves a barrier, then reads its clock: the ranks' zeros differ by the barrier's exit skew).
+//   lane "phases":   step > shard | forward | backward | gather (properly nested)
+//   lane "compute":  the transport's attention maths, one event per block and step ("ring_fwd:1", ...),
+//                    and "wait" events: the compute thread blocked on communication (exposed)
+//   lane "comm":     K/V transfers in flight, post to completion (overlapped or not)
+//   lane "comm_grad": dK/dV transfers in flight (the ring's partial sums, allgather's reduce-scatter)
+struct TimelineEvent {
+  std::string name;    // "step", "forward", "ring_fwd:1", "allgather_bwd:reduce_scatter", ...
+  std::string lane;    // phases | compute | comm | comm_grad
+  std::string kind;    // phase | compute | wait | transfer
+  double start_s = 0;  // seconds since the common start
+  double dur_s = 0;    // seconds
+};
+
+struct RankTimeline {
+  int rank = 0;  // CP rank (of the first data-parallel replica)
+  std::vector<TimelineEvent> events;
+};
+
+// The median timed step of a case (by the CP group's slowest rank) on every CP rank. `clock` says how
+// the intervals were read ("steady": host steady clock; "steady+device_sync": on CUDA, phase bounds
+// follow a device synchronize, block spans are host time).
+struct Timeline {
+  std::string clock;
+  std::vector<RankTimeline> ranks;
+  [[nodiscard]] bool empty() const { return ranks.empty(); }
+};
+
 struct RunResult {
   int64_t index = 0;
   std::string name;
@@ -64,6 +93,7 @@ struct RunResult {
   std::vector<TensorError> errors;
   std::vector<Metric> metrics;
   std::vector<RankStats> ranks;
+  Timeline timeline;  // empty for skipped and failed cases
   double wall_s = 0;
 
   [[nodiscard]] const Metric* metric(const std::string& name) const {
@@ -84,7 +114,8 @@ struct Environment {
 };
 
 struct Report {
-  int schema_version = 2;  // 2: per-tensor criterion, mismatch counts, bounds (1 had max_rel/tolerance only)
+  // 3: per-case timeline; 2: per-tensor criterion, mismatch counts, bounds (1 had max_rel/tolerance only)
+  int schema_version = 3;
   std::string scenario_name, scenario_file;
   Environment env;
   bool partial = false;       // true while running or after an interruption

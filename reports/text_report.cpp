@@ -185,6 +185,120 @@ std::string svg_errors(const Report& rep) {
   return s.str();
 }
 
+// The colour of a timeline event: phases by name, compute blocks by pass (alternating shades so each
+// transport step is its own block), waits red, transfers purple / brown.
+std::string timeline_colour(const TimelineEvent& e, int index) {
+  if (e.kind == "wait") return "#d62728";
+  if (e.kind == "transfer") return e.lane == "comm_grad" ? "#8c564b" : "#9467bd";
+  if (e.kind == "phase") {
+    if (e.name == "shard") return "#17becf";
+    if (e.name == "forward") return "#1f77b4";
+    if (e.name == "backward") return "#ff7f0e";
+    if (e.name == "gather") return "#2ca02c";
+    return "#dddddd";  // step
+  }
+  const bool bwd = e.name.find("_bwd") != std::string::npos;
+  const bool odd = index % 2 != 0;
+  if (bwd) return odd ? "#ffbb78" : "#e6850e";
+  return odd ? "#aec7e8" : "#3a78b5";
+}
+
+// A Gantt chart of one case's timed step: a row group per CP rank (phases, attention compute with its
+// waits, K/V transfers, dK/dV transfers), time from the common start.
+std::string svg_timeline(const RunResult& r) {
+  const Timeline& tl = r.timeline;
+  if (tl.empty()) return "";
+  double end_s = 0;
+  for (const auto& rt : tl.ranks)
+    for (const auto& e : rt.events) end_s = std::max(end_s, e.start_s + e.dur_s);
+  if (end_s <= 0) return "";
+  // Per rank: attention compute and wait, for the bars on the right (the straggler has the longest
+  // compute bar; a balanced layout has equal ones).
+  std::vector<double> compute(tl.ranks.size(), 0.0), wait(tl.ranks.size(), 0.0);
+  double busiest = 0;
+  for (size_t g = 0; g < tl.ranks.size(); ++g) {
+    for (const auto& e : tl.ranks[g].events) {
+      if (e.kind == "compute") compute[g] += e.dur_s;
+      if (e.kind == "wait") wait[g] += e.dur_s;
+    }
+    busiest = std::max(busiest, compute[g] + wait[g]);
+  }
+  const double max_compute = *std::max_element(compute.begin(), compute.end());
+  const int L = 70, R = 250, W = 1000, lane_h[4] = {10, 14, 7, 7}, group_h = 10 + 14 + 7 + 7 + 12, top = 18;
+  const int H = top + static_cast<int>(tl.ranks.size()) * group_h + 30;
+  const double span = W - L - R;
+  auto px = [&](double t) { return L + t / end_s * span; };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='10'>";
+  // Time axis: ~8 ticks at a round number of milliseconds.
+  const double ms = end_s * 1e3;
+  double tick = std::pow(10.0, std::floor(std::log10(ms / 8)));
+  if (ms / tick > 16) tick *= 2;
+  if (ms / tick > 16) tick *= 2.5;
+  for (double t = 0; t <= ms + 1e-9; t += tick) {
+    const double x = px(t * 1e-3);
+    s << "<line x1='" << num(x, 6) << "' x2='" << num(x, 6) << "' y1='" << top - 4 << "' y2='" << H - 28
+      << "' stroke='#eee'/><text x='" << num(x, 6) << "' y='" << H - 16 << "' text-anchor='middle'>" << num(t, 4)
+      << "</text>";
+  }
+  s << "<text x='" << L + span / 2 << "' y='" << H - 3
+    << "' text-anchor='middle'>ms since the step's common start</text>";
+  for (size_t g = 0; g < tl.ranks.size(); ++g) {
+    const RankTimeline& rt = tl.ranks[g];
+    const int y0 = top + static_cast<int>(g) * group_h;
+    int lane_y[4];
+    lane_y[0] = y0;
+    for (int k = 1; k < 4; ++k) lane_y[k] = lane_y[k - 1] + lane_h[k - 1] + 1;
+    s << "<text x='0' y='" << y0 + 20 << "' font-weight='bold'>rank " << rt.rank << "</text>";
+    int index = 0;
+    // The step first, so the phases draw over it.
+    std::vector<const TimelineEvent*> events;
+    for (const auto& e : rt.events) events.push_back(&e);
+    std::stable_sort(events.begin(), events.end(), [](const TimelineEvent* a, const TimelineEvent* b) {
+      return (a->name == "step") > (b->name == "step");
+    });
+    for (const TimelineEvent* e : events) {
+      const int lane = e->lane == "phases" ? 0 : e->lane == "compute" ? 1 : e->lane == "comm" ? 2 : 3;
+      const double x = px(e->start_s), w = std::max(0.5, px(e->start_s + e->dur_s) - x);
+      s << "<rect x='" << num(x, 6) << "' y='" << lane_y[lane] << "' width='" << num(w, 6) << "' height='"
+        << lane_h[lane] << "' fill='" << timeline_colour(*e, e->kind == "compute" ? index++ : 0) << "'"
+        << (e->kind == "compute" ? " stroke='#fff' stroke-width='0.5'" : "") << "><title>rank " << rt.rank << " "
+        << html_escape(e->name) << " (" << e->kind << "): " << num(e->start_s * 1e3, 4) << " ms + "
+        << num(e->dur_s * 1e3, 4) << " ms</title></rect>";
+    }
+    const double bar = 80, cw = busiest > 0 ? compute[g] / busiest * bar : 0,
+                 ww = busiest > 0 ? wait[g] / busiest * bar : 0;
+    s << "<rect x='" << W - R + 8 << "' y='" << y0 + 4 << "' width='" << num(cw, 6) << "' height='12' fill='#3a78b5'/>"
+      << "<rect x='" << num(W - R + 8 + cw, 6) << "' y='" << y0 + 4 << "' width='" << num(ww, 6)
+      << "' height='12' fill='#d62728'/>";
+    s << "<text x='" << W - R + 8 + bar + 6 << "' y='" << y0 + 14 << "'"
+      << (compute[g] == max_compute && tl.ranks.size() > 1 ? " font-weight='bold'" : "") << ">compute "
+      << num(compute[g] * 1e3, 3) << " ms</text><text x='" << W - R + 8 + bar + 6 << "' y='" << y0 + 26
+      << "' fill='#d62728'>wait " << num(wait[g] * 1e3, 3) << " ms</text>";
+  }
+  s << "</svg>";
+  return s.str();
+}
+
+std::string timeline_legend() {
+  const std::pair<const char*, const char*> items[] = {{"#17becf", "shard"},
+                                                       {"#1f77b4", "forward"},
+                                                       {"#ff7f0e", "backward"},
+                                                       {"#2ca02c", "gather"},
+                                                       {"#3a78b5", "attention fwd step"},
+                                                       {"#e6850e", "attention bwd step"},
+                                                       {"#d62728", "wait (exposed communication)"},
+                                                       {"#9467bd", "K/V in flight"},
+                                                       {"#8c564b", "dK/dV in flight"}};
+  std::ostringstream s;
+  s << "<p style='font-size:11px'>";
+  for (const auto& [c, l] : items)
+    s << "<span style='display:inline-block;width:10px;height:10px;background:" << c << ";margin:0 4px 0 12px'></span>"
+      << l;
+  s << "</p>";
+  return s.str();
+}
 }  // namespace
 
 std::string summary_table(const Report& rep) {
@@ -271,6 +385,23 @@ std::string markdown_report(const Report& rep) {
     for (const auto& rs : r.ranks)
       os << "| " << r.name << " | " << rs.rank << " | " << num(rs.attention_s) << " | " << num(rs.attention_flops, 4)
          << " | " << num(rs.bytes_sent, 4) << " |\n";
+  bool any_timeline = false;
+  for (const auto& r : rep.results) any_timeline = any_timeline || !r.timeline.empty();
+  if (any_timeline) {
+    os << "\n## Median timed step per rank (trace.json and report.html show it; docs/timeline.md)\n\n"
+          "| case | rank | step (ms) | attention compute (ms) | waiting for communication (ms) |\n|---|---:|---:|---:|---:|\n";
+    for (const auto& r : rep.results)
+      for (const auto& rt : r.timeline.ranks) {
+        double step = 0, compute = 0, wait = 0;
+        for (const auto& e : rt.events) {
+          if (e.kind == "phase" && e.name == "step") step = e.dur_s;
+          if (e.kind == "compute") compute += e.dur_s;
+          if (e.kind == "wait") wait += e.dur_s;
+        }
+        os << "| " << r.name << " | " << rt.rank << " | " << num(step * 1e3) << " | " << num(compute * 1e3) << " | "
+           << num(wait * 1e3) << " |\n";
+      }
+  }
   return os.str();
 }
 
@@ -296,6 +427,20 @@ std::string html_report(const Report& rep) {
     if (bars.empty()) continue;
     os << "<div class='bars'>" << html_escape(r.name) << "<br>imbalance " << metric_text(r, "attention_flops_imbalance")
        << " (time " << metric_text(r, "attention_time_imbalance") << ")<br>" << bars << "</div>";
+  }
+  bool any_timeline = false;
+  for (const auto& r : rep.results) any_timeline = any_timeline || !r.timeline.empty();
+  if (any_timeline) {
+    os << "<h2>Timeline of the median timed step (per rank: phases; attention blocks per transport step, waits in "
+          "red; transfers in flight below; trace.json has the same for Perfetto, docs/timeline.md)</h2>"
+       << timeline_legend();
+    for (const auto& r : rep.results) {
+      const std::string svg = svg_timeline(r);
+      if (svg.empty()) continue;
+      os << "<div class='timeline'><b>" << html_escape(r.name) << "</b> (step " << metric_text(r, "step_time_s")
+         << " s median, attention imbalance " << metric_text(r, "attention_flops_imbalance") << ")<br>" << svg
+         << "</div>";
+    }
   }
   os << "<h2>Throughput against CP size</h2>" << svg_throughput(rep);
   os << "<h2>Error against the single-rank reference (worst error / its bound; tick = 1, docs/correctness.md)</h2>" << svg_errors(rep);

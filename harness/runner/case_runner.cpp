@@ -11,14 +11,15 @@
 #include <optional>
 
 #include "harness/model/data.hpp"
-#include "harness/runner/device_choice.hpp"
 #include "harness/model/model.hpp"
+#include "harness/runner/device_choice.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/comm/process_group.hpp"
 #include "kernels/transports/transport.hpp"
+#include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/core/nvtx.hpp"
 #include "sharders/registry.hpp"
@@ -269,16 +270,57 @@ class DropTokenGrad : public torch::autograd::Function<DropTokenGrad> {
   }
 };
 
+// The transport's spans of one step as timeline events, relative to the step's start.
+void add_attention_spans(const AttentionStats& stats, clock_type::time_point start, RankTimeline& trace) {
+  const auto rel = [&](clock_type::time_point t) { return std::chrono::duration<double>(t - start).count(); };
+  for (const auto& sp : stats.spans) {
+    TimelineEvent e;
+    e.name = sp.name;
+    e.start_s = rel(sp.begin);
+    e.dur_s = std::chrono::duration<double>(sp.end - sp.begin).count();
+    switch (sp.kind) {
+      case AttentionSpan::Kind::compute:
+        e.lane = "compute";
+        e.kind = "compute";
+        break;
+      case AttentionSpan::Kind::wait:
+        e.lane = "compute";
+        e.kind = "wait";
+        break;
+      case AttentionSpan::Kind::transfer:
+        e.lane = "comm";
+        e.kind = "transfer";
+        break;
+      case AttentionSpan::Kind::transfer_grad:
+        e.lane = "comm_grad";
+        e.kind = "transfer";
+        break;
+    }
+    trace.events.push_back(std::move(e));
+  }
+}
+
 // One CP training step: shard, forward through the case's attention routing, loss over the global
 // valid-token count, backward, parameter-gradient all-reduce over CP, gather. With `check`, also
-// gathers what the reference check compares.
-StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
+// gathers what the reference check compares. With `trace`, records the step's timeline: its phases
+// and the transport's spans, relative to the moment this rank left the step's opening barrier (the
+// common start of the CP group).
+StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTimeline* trace = nullptr) {
   const CaseSpec& c = x.c;
   StepTimes t;
   x.sync();
   x.comm.barrier();
   stats.reset();
+  stats.record_spans = trace != nullptr;
   const auto t_step = clock_type::now();
+  const nvtx::Range step_range{x.nvtx, "step"};
+  const auto mark = [&](const char* phase, clock_type::time_point from) {
+    const auto to = clock_type::now();
+    if (trace)
+      trace->events.push_back({phase, "phases", "phase", std::chrono::duration<double>(from - t_step).count(),
+                               std::chrono::duration<double>(to - from).count()});
+    return std::chrono::duration<double>(to - from).count();
+  };
   auto t0 = clock_type::now();
   Sharder sharder(x.layout, SharderOptions{c.cp, x.cp_rank, x.s.batch.padding_token_id, c.mask, 0});
   Batch local;
@@ -297,7 +339,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
       plans = make_plan_cache(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
   }
   x.sync();
-  t.shard = seconds_since(t0);
+  t.shard = mark("shard", t0);
 
   t0 = clock_type::now();
   AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false};
@@ -351,7 +393,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     loss = token_loss_sum(out.logits, *local.labels, local.loss_mask) / count;
   }
   x.sync();
-  t.forward = seconds_since(t0);
+  t.forward = mark("forward", t0);
 
   t0 = clock_type::now();
   {
@@ -370,7 +412,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     }
   }
   x.sync();
-  t.backward = seconds_since(t0);
+  t.backward = mark("backward", t0);
 
   t0 = clock_type::now();
   {
@@ -387,8 +429,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     }
   }
   x.sync();
-  t.gather = seconds_since(t0);
-  t.total = seconds_since(t_step);
+  t.gather = mark("gather", t0);
+  t.total = mark("step", t_step);
+  if (trace) add_attention_spans(stats, t_step, *trace);
   t.attn = stats;
   return t;
 }
@@ -458,13 +501,17 @@ struct Timings {
   double flops = 0, bytes = 0;
   std::map<std::string, int64_t> kernel_blocks;  // per step
   int64_t pairs = 0;
+  RankTimeline timeline;  // the median timed step (see time_steps)
 };
 
 Timings time_steps(CaseContext& x, AttentionStats& stats) {
   for (int64_t i = 0; i < x.s.measure.warmup; ++i) (void)run_step(x, stats, nullptr);
   Timings m;
+  std::vector<RankTimeline> timelines(static_cast<size_t>(x.s.measure.iters));
   for (int64_t i = 0; i < x.s.measure.iters; ++i) {
-    StepTimes t = run_step(x, stats, nullptr);
+    RankTimeline& trace = timelines[static_cast<size_t>(i)];
+    trace.rank = x.cp_rank;
+    StepTimes t = run_step(x, stats, nullptr, &trace);
     m.total.push_back(t.total);
     m.shard.push_back(t.shard);
     m.fwd.push_back(t.forward);
@@ -479,6 +526,16 @@ Timings time_steps(CaseContext& x, AttentionStats& stats) {
     m.bytes = static_cast<double>(t.attn.bytes_sent);
     m.pairs = t.attn.visible_pairs;
   }
+  // The timeline shown is the step whose time, on the CP group's slowest rank, is the median (the lower
+  // one for an even count): one collective, so every rank keeps the same step.
+  at::Tensor slowest = at::tensor(m.total, at::kDouble).to(x.device);
+  x.comm.all_reduce_max(slowest);
+  const at::Tensor host = slowest.to(at::kCPU).contiguous();
+  const std::vector<double> totals(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+  std::vector<size_t> order(totals.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return totals[a] < totals[b]; });
+  m.timeline = std::move(timelines[order[(order.size() - 1) / 2]]);
   return m;
 }
 
@@ -587,6 +644,20 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
                  at::kDouble);
   at::Tensor per_rank = x.comm.all_gather(mine.to(x.device)).to(at::kCPU).view({c.cp, 6});
   if (rt.rank == 0) record(x, m, per_rank, got, reference_s, res);
+  // The timeline of the first data-parallel replica's CP ranks reaches global rank 0 through the store.
+  const std::string key = detail::concat("timeline/case", c.index, "/rank");
+  if (x.dp_index == 0 && x.cp_rank != 0) {
+    const std::string bytes = to_json(m.timeline).dump();
+    rt.store->set(key + std::to_string(x.cp_rank), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  }
+  if (rt.rank == 0) {
+    res.timeline.clock = x.cuda ? "steady+device_sync" : "steady";
+    res.timeline.ranks.push_back(m.timeline);
+    for (int64_t r = 1; r < c.cp; ++r) {
+      const std::vector<uint8_t> bytes = rt.store->get(key + std::to_string(r));
+      res.timeline.ranks.push_back(rank_timeline_from_json(nlohmann::json::parse(bytes.begin(), bytes.end())));
+    }
+  }
   res.wall_s = seconds_since(start);
   return res;
 }

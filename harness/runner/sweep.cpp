@@ -17,18 +17,18 @@
 #include <map>
 #include <sstream>
 
-#include "sharders/core/version.hpp"
+#include "harness/fs_util.hpp"
+#include "harness/launcher/launcher.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
 #include "harness/runner/platform.hpp"
-#include "harness/fs_util.hpp"
-#include "harness/launcher/launcher.hpp"
-#include "kernels/comm/process_group.hpp"
 #include "harness/runner/scenario.hpp"
+#include "kernels/comm/process_group.hpp"
 #include "reports/json_report.hpp"
 #include "reports/text_report.hpp"
+#include "reports/trace_report.hpp"
 #include "sharders/core/check.hpp"
-
+#include "sharders/core/version.hpp"
 
 namespace cpbench {
 namespace {
@@ -74,6 +74,7 @@ void write_reports(const Report& report, const std::string& out_dir) {
   write_json_file(out_dir + "/report.json", to_json(report));
   write_text_file(out_dir + "/report.md", markdown_report(report));
   write_text_file(out_dir + "/report.html", html_report(report));
+  write_json_file(out_dir + "/trace.json", chrome_trace(report));
 }
 
 std::string fmt_seconds(double s) {
@@ -380,7 +381,7 @@ int run_command(const RunOptions& o) {
 
   std::cout << summary_table(report);
   std::cout << "reports: " << o.out_dir << "/report.json, " << o.out_dir << "/report.md, " << o.out_dir
-            << "/report.html\n";
+            << "/report.html, " << o.out_dir << "/trace.json\n";
   if (g_signal == SIGTERM) {
     // Report written and ranks gone: now end the way SIGTERM ends a process.
     std::cout.flush();

@@ -40,7 +40,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     at::Tensor qc, local_kv, gathered;
     c10::intrusive_ptr<c10d::Work> work;
     {
-      Phase p(st, Phase::Kind::compute);
+      Phase p(st, Phase::Kind::compute, "allgather_fwd:prologue");
       qc = q.to(kd).contiguous();
       local_kv = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D], input dtype
     }
@@ -62,8 +62,12 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
                                              local_kv.size(4)});
     at::Tensor out, lse;
     int64_t visible = 0;
-    const auto attend_block = [&](int src, const at::Tensor& kv_wire) {
-      Phase p(st, Phase::Kind::compute);
+    // Step s: the block of rank (r - s) mod W; step 0 (the local block) overlaps the all-gather.
+    const auto attend_block = [&](int s, const at::Tensor& kv_wire) {
+      const int src = (r - s + W) % W;
+      const std::string label = step_label("allgather", false, s);
+      const StepRange step(st, label);
+      Phase p(st, Phase::Kind::compute, label);
       const BlockPlan& plan = st.plan(src);
       visible += plan.visible_pairs;
       const KernelRoute route = st.route(src, qc);
@@ -72,16 +76,13 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
       merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
     };
-    attend_block(r, local_kv);  // overlaps the all-gather
+    attend_block(0, local_kv);  // overlaps the all-gather
     if (work) {
-      Phase p(st, Phase::Kind::comm);
+      Phase p(st, Phase::Kind::comm, "allgather_fwd:all_gather");
       work->wait();
-      flight.done(st);
+      flight.done(st, "allgather_fwd:all_gather");
     }
-    for (int s = 1; s < W; ++s) {
-      const int src = (r - s + W) % W;
-      attend_block(src, blocks[src]);
-    }
+    for (int s = 1; s < W; ++s) attend_block(s, blocks[(r - s + W) % W]);
     if (!out.defined()) {
       out = at::zeros(qc.sizes(), qc.options().dtype(cd));
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
@@ -110,33 +111,36 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
 
     at::Tensor qc, dout, dsum, dq, dkv_all;
     {
-      Phase p(st, Phase::Kind::compute);
+      Phase p(st, Phase::Kind::compute, "allgather_bwd:prologue");
       qc = q.to(kd).contiguous();
       dout = grads[0].to(kd).contiguous();
       dsum = (dout.to(cd) * out).sum(-1);
       dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
       std::vector<int64_t> shape = blocks.sizes().vec();
       dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D]
-      for (int s = 0; s < W; ++s) {
-        const int src = (r - s + W) % W;
-        const BlockPlan& plan = st.plan(src);
-        const KernelRoute route = st.route(src, qc);
-        if (route == KernelRoute::skipped) continue;
-        const at::Tensor kv = wire.from_wire(blocks[src]).to(kd);
-        BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
-        dq.add_(g.dq);
-        dkv_all[src][0].copy_(g.dk);
-        dkv_all[src][1].copy_(g.dv);
-      }
+    }
+    for (int s = 0; s < W; ++s) {
+      const int src = (r - s + W) % W;
+      const std::string label = step_label("allgather", true, s);
+      const StepRange step(st, label);
+      Phase p(st, Phase::Kind::compute, label);
+      const BlockPlan& plan = st.plan(src);
+      const KernelRoute route = st.route(src, qc);
+      if (route == KernelRoute::skipped) continue;
+      const at::Tensor kv = wire.from_wire(blocks[src]).to(kd);
+      BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
+      dq.add_(g.dq);
+      dkv_all[src][0].copy_(g.dk);
+      dkv_all[src][1].copy_(g.dv);
     }
     at::Tensor dkv;
     if (W > 1) {
       at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
       {
-        Phase p(st, Phase::Kind::comm);
+        Phase p(st, Phase::Kind::comm, "allgather_bwd:reduce_scatter");
         const InFlight rs;
         dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
-        rs.done(st);
+        rs.done(st, "allgather_bwd:reduce_scatter", true);
       }
       if (st.stats) st.stats->bytes_sent += (W - 1) * static_cast<int64_t>(dkv.nbytes());
     } else {

@@ -44,7 +44,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     at::Tensor qc;
     at::Tensor cur, next;
     {
-      Phase p(st, Phase::Kind::compute);
+      Phase p(st, Phase::Kind::compute, "ring_fwd:prologue");
       qc = q.to(kd).contiguous();
       cur = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D] in the input dtype
       if (W > 1) next = at::empty_like(cur);
@@ -53,6 +53,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     int64_t visible = 0, bytes = 0;
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
+      const std::string label = step_label("ring", false, s);
+      const StepRange step(st, label);
       comm::Communicator::Exchange ex;
       InFlight flight;
       if (s + 1 < W) {
@@ -60,7 +62,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         bytes += static_cast<int64_t>(cur.nbytes());
       }
       {
-        Phase p(st, Phase::Kind::compute);
+        Phase p(st, Phase::Kind::compute, label);
         const BlockPlan& plan = st.plan(src);
         visible += plan.visible_pairs;
         const KernelRoute route = st.route(src, qc);
@@ -71,9 +73,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         }
       }
       if (s + 1 < W) {
-        Phase p(st, Phase::Kind::comm);
+        Phase p(st, Phase::Kind::comm, label);
         ex.wait();
-        flight.done(st);
+        flight.done(st, label);
         std::swap(cur, next);
       }
     }
@@ -104,7 +106,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 
     at::Tensor qc, dout, dsum, dq, cur, next, dkv_home, dkv_send, dkv_recv;
     {
-      Phase p(st, Phase::Kind::compute);
+      Phase p(st, Phase::Kind::compute, "ring_bwd:prologue");
       qc = q.to(kd).contiguous();
       dout = grads[0].to(kd).contiguous();
       dsum = (dout.to(cd) * out).sum(-1);
@@ -119,8 +121,11 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     int64_t bytes = 0;
     comm::Communicator::Exchange dkv_ex;
     InFlight dkv_flight;
+    std::string dkv_label;  // the step that posted the dK/dV exchange in flight
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
+      const std::string label = step_label("ring", true, s);
+      const StepRange step(st, label);
       comm::Communicator::Exchange kv_ex;
       InFlight kv_flight;
       if (s + 1 < W) {
@@ -129,7 +134,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       }
       at::Tensor contrib;  // this rank's dK/dV for block src, [2, B, Hkv, S, D] in cd; undefined = 0
       {
-        Phase p(st, Phase::Kind::compute);
+        Phase p(st, Phase::Kind::compute, label);
         const BlockPlan& plan = st.plan(src);
         const KernelRoute route = st.route(src, qc);
         if (route != KernelRoute::skipped) {
@@ -143,12 +148,12 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         dkv_home = contrib;
       } else {
         if (s >= 2) {  // the partial sum for block src, sent by r-1 at its step s-1
-          Phase p(st, Phase::Kind::comm);
+          Phase p(st, Phase::Kind::comm, label);
           dkv_ex.wait();
-          dkv_flight.done(st);
+          dkv_flight.done(st, dkv_label, true);
         }
         {
-          Phase p(st, Phase::Kind::compute);
+          Phase p(st, Phase::Kind::compute, label);
           if (s >= 2) {
             at::Tensor acc = wire.from_wire(dkv_recv);
             if (contrib.defined()) acc = acc + contrib;
@@ -163,24 +168,25 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         // receive is the partial sum of the block this rank holds next (or, at the last step, the
         // finished sum of its own block).
         dkv_flight = InFlight{};
+        dkv_label = label;
         dkv_ex = st.comm.post_exchange(dkv_send, (r + 1) % W, dkv_recv, (r - 1 + W) % W, kTagRingBackwardDKV);
         bytes += static_cast<int64_t>(dkv_send.nbytes());
       }
       if (s + 1 < W) {
-        Phase p(st, Phase::Kind::comm);
+        Phase p(st, Phase::Kind::comm, label);
         kv_ex.wait();
-        kv_flight.done(st);
+        kv_flight.done(st, label);
         std::swap(cur, next);
       }
     }
     at::Tensor dkv;
     if (W > 1) {
       {
-        Phase p(st, Phase::Kind::comm);
+        Phase p(st, Phase::Kind::comm, "ring_bwd:epilogue");
         dkv_ex.wait();
-        dkv_flight.done(st);
+        dkv_flight.done(st, dkv_label, true);
       }
-      Phase p(st, Phase::Kind::compute);
+      Phase p(st, Phase::Kind::compute, "ring_bwd:epilogue");
       dkv = wire.from_wire(dkv_recv);
       if (dkv_home.defined()) dkv = dkv + dkv_home;
     } else {

@@ -10,6 +10,7 @@
 // the case is skipped, never silently run with another mask.
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <span>
@@ -21,6 +22,16 @@
 
 namespace cpbench {
 
+// One interval a transport spent, for the step's timeline (recorded only when
+// AttentionStats::record_spans is set). Names follow the NVTX step ranges: "<transport>_<fwd|bwd>:<step>"
+// (block maths and transfers of that step), "<transport>_<fwd|bwd>:prologue|epilogue" outside the steps.
+struct AttentionSpan {
+  enum class Kind { compute, wait, transfer, transfer_grad };  // wait: compute blocked on communication
+  std::string name;
+  Kind kind = Kind::compute;
+  std::chrono::steady_clock::time_point begin, end;
+};
+
 // Measurement sink: transports add what they did (the harness reads and resets it per phase).
 struct AttentionStats {
   double compute_seconds = 0;       // attention maths (forward and backward)
@@ -31,6 +42,8 @@ struct AttentionStats {
   int64_t calls = 0;
   double transfer_seconds = 0;      // time the exchanges were in flight, post to completion (overlapped or not)
   std::map<std::string, int64_t> kernel_blocks;  // blocks evaluated per kernel route (fused_attention.hpp), fwd
+  bool record_spans = false;                     // set by the caller after reset(): fill `spans`
+  std::vector<AttentionSpan> spans;              // host steady clock, in the order they ended
   void reset() { *this = AttentionStats{}; }
 };
 

@@ -249,13 +249,34 @@ at::TensorOptions Wire::options(at::ScalarType dtype) const {
   return at::TensorOptions().dtype(dtype).device(staged ? at::Device(at::kCPU) : device);
 }
 
-Phase::Phase(const TransportState& st, Kind kind)
-    : stats_(st.stats), kind_(kind), range_{st.nvtx_prefix, kind == Kind::comm ? "attn_comm" : "attn_compute"}, start_(std::chrono::steady_clock::now()) {}
+Phase::Phase(const TransportState& st, Kind kind, std::string label)
+    : stats_(st.stats),
+      kind_(kind),
+      label_(std::move(label)),
+      range_{st.nvtx_prefix, kind == Kind::comm ? "attn_comm" : "attn_compute"},
+      start_(std::chrono::steady_clock::now()) {}
 
 Phase::~Phase() {
   if (!stats_) return;
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const auto end = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(end - start_).count();
   (kind_ == Kind::comm ? stats_->comm_seconds : stats_->compute_seconds) += s;
+  if (stats_->record_spans)
+    stats_->spans.push_back(
+        {label_, kind_ == Kind::comm ? AttentionSpan::Kind::wait : AttentionSpan::Kind::compute, start_, end});
+}
+
+std::string step_label(const char* transport, bool backward, int step) {
+  return std::string(transport) + (backward ? "_bwd:" : "_fwd:") + std::to_string(step);
+}
+
+void InFlight::done(const TransportState& st, const std::string& label, bool grad) const {
+  if (!st.stats) return;
+  const auto end = std::chrono::steady_clock::now();
+  st.stats->transfer_seconds += std::chrono::duration<double>(end - posted).count();
+  if (st.stats->record_spans)
+    st.stats->spans.push_back(
+        {label, grad ? AttentionSpan::Kind::transfer_grad : AttentionSpan::Kind::transfer, posted, end});
 }
 
 int64_t kv_block_bytes(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim, int64_t element_size) {

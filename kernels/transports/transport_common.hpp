@@ -96,11 +96,13 @@ struct Wire {
 
 // Adds wall time to AttentionStats (when present) and marks the span with an NVTX range
 // "<prefix>:attn_comm" or "<prefix>:attn_compute". Steady clock: on CUDA the compute span is host
-// time (kernel launches) unless something in it synchronizes; the harness's CUDA events time phases.
+// time (kernel launches) unless something in it synchronizes; the harness's phase bounds synchronize.
+// `label` names the span in the step's timeline (AttentionStats::record_spans): the step it belongs to,
+// "<transport>_<fwd|bwd>:<step>" (see StepRange); a comm span is recorded as a wait.
 class Phase {
  public:
   enum class Kind { comm, compute };
-  Phase(const TransportState& st, Kind kind);
+  Phase(const TransportState& st, Kind kind, std::string label);
   ~Phase();
   Phase(const Phase&) = delete;
   Phase& operator=(const Phase&) = delete;
@@ -108,18 +110,30 @@ class Phase {
  private:
   AttentionStats* stats_;
   Kind kind_;
+  std::string label_;
   nvtx::Range range_;
   std::chrono::steady_clock::time_point start_;
 };
 
+// The NVTX range of one transport step, "<prefix>:<transport>_<fwd|bwd>:<step>" (docs/timeline.md);
+// the block maths, waits and posts of that step nest inside it.
+[[nodiscard]] std::string step_label(const char* transport, bool backward, int step);
+class StepRange {
+ public:
+  StepRange(const TransportState& st, const std::string& label) : range_{st.nvtx_prefix, label.c_str()} {}
+  StepRange(const StepRange&) = delete;
+  StepRange& operator=(const StepRange&) = delete;
+
+ private:
+  nvtx::Range range_;
+};
+
 // Time a transfer was in flight, from its post to the return of its wait (overlapped or not): the
-// communication time achieved_bandwidth divides by. Added to AttentionStats::transfer_seconds by done().
+// communication time achieved_bandwidth divides by. Added to AttentionStats::transfer_seconds by done(),
+// and recorded as a transfer span named `label` (grad: dK/dV traffic) when the stats record spans.
 struct InFlight {
   std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
-  void done(const TransportState& st) const {
-    if (st.stats)
-      st.stats->transfer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - posted).count();
-  }
+  void done(const TransportState& st, const std::string& label, bool grad = false) const;
 };
 
 // Gloo tags: one per message stream, so streams between the same pair of ranks never match each other.

@@ -106,7 +106,11 @@ sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2],
   for (const auto& c : r.results) {
     EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
     EXPECT_EQ(c.axes.at("backend"), c.axes.at("cp") == "1" ? "nccl" : "gloo") << c.name;
+    // The step timeline on a GPU: phase bounds after a device synchronize (docs/timeline.md).
+    EXPECT_EQ(c.timeline.clock, "steady+device_sync") << c.name;
+    EXPECT_EQ(c.timeline.ranks.size(), static_cast<size_t>(std::stoi(c.axes.at("cp")))) << c.name;
   }
+  EXPECT_TRUE(fsu::exists(dir + "/out/trace.json"));
 }
 
 // Every CUDA route (flash for unmasked 16-bit blocks, memory-efficient with a bias for masked and
