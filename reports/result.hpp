@@ -74,8 +74,9 @@ struct RankTimeline {
 };
 
 // The median timed step of a case (by the CP group's slowest rank) on every CP rank. `clock` says how
-// the intervals were read ("steady": host steady clock; "steady+device_sync": on CUDA, phase bounds
-// follow a device synchronize, block spans are host time).
+// the intervals were read ("steady": host steady clock; "steady+cuda_events": on CUDA, phase bounds
+// follow a device synchronize, attention spans are CUDA events on the compute stream mapped onto
+// the host clock).
 struct Timeline {
   std::string clock;
   std::vector<RankTimeline> ranks;

@@ -313,6 +313,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
   stats.reset();
   stats.record_spans = trace != nullptr;
   const auto t_step = clock_type::now();
+  // CUDA: the transports time their spans with device events; this one, taken with the device idle
+  // (synchronized above), maps them onto the host clock of t_step.
+  const comm::DeviceTime anchor = x.cuda ? comm::DeviceTime::now(x.device) : comm::DeviceTime{};
   const nvtx::Range step_range{x.nvtx, "step"};
   const auto mark = [&](const char* phase, clock_type::time_point from) {
     const auto to = clock_type::now();
@@ -431,6 +434,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
   x.sync();
   t.gather = mark("gather", t0);
   t.total = mark("step", t_step);
+  resolve_device_times(stats, anchor, t_step);  // CUDA spans (the device is synchronized: no wait)
   if (trace) add_attention_spans(stats, t_step, *trace);
   t.attn = stats;
   return t;
@@ -651,7 +655,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     rt.store->set(key + std::to_string(x.cp_rank), std::vector<uint8_t>(bytes.begin(), bytes.end()));
   }
   if (rt.rank == 0) {
-    res.timeline.clock = x.cuda ? "steady+device_sync" : "steady";
+    res.timeline.clock = x.cuda ? "steady+cuda_events" : "steady";
     res.timeline.ranks.push_back(m.timeline);
     for (int64_t r = 1; r < c.cp; ++r) {
       const std::vector<uint8_t> bytes = rt.store->get(key + std::to_string(r));

@@ -45,7 +45,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       local_kv = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D], input dtype
     }
     int64_t bytes = 0;
-    InFlight flight;
+    InFlight flight(st);
     if (W > 1) {
       std::vector<int64_t> shape = local_kv.sizes().vec();
       shape[0] *= W;
@@ -138,7 +138,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
       {
         Phase p(st, Phase::Kind::comm, "allgather_bwd:reduce_scatter");
-        const InFlight rs;
+        const InFlight rs(st);
         dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
         rs.done(st, "allgather_bwd:reduce_scatter", true);
       }

@@ -56,7 +56,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       const std::string label = step_label("ring", false, s);
       const StepRange step(st, label);
       comm::Communicator::Exchange ex;
-      InFlight flight;
+      InFlight flight(st);
       if (s + 1 < W) {
         ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingForwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
@@ -120,14 +120,14 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     }
     int64_t bytes = 0;
     comm::Communicator::Exchange dkv_ex;
-    InFlight dkv_flight;
+    InFlight dkv_flight(st);
     std::string dkv_label;  // the step that posted the dK/dV exchange in flight
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       const std::string label = step_label("ring", true, s);
       const StepRange step(st, label);
       comm::Communicator::Exchange kv_ex;
-      InFlight kv_flight;
+      InFlight kv_flight(st);
       if (s + 1 < W) {
         kv_ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingBackwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
@@ -167,7 +167,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         // r+1 holds block src at step s+1 (or, after the last step, src is r+1's own block). The
         // receive is the partial sum of the block this rank holds next (or, at the last step, the
         // finished sum of its own block).
-        dkv_flight = InFlight{};
+        dkv_flight = InFlight(st);
         dkv_label = label;
         dkv_ex = st.comm.post_exchange(dkv_send, (r + 1) % W, dkv_recv, (r - 1 + W) % W, kTagRingBackwardDKV);
         bytes += static_cast<int64_t>(dkv_send.nbytes());

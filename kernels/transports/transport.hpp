@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.hpp"
+#include "kernels/comm/device_time.hpp"
 #include "sharders/mask.hpp"
 
 namespace cpbench {
@@ -44,8 +45,25 @@ struct AttentionStats {
   std::map<std::string, int64_t> kernel_blocks;  // blocks evaluated per kernel route (fused_attention.hpp), fwd
   bool record_spans = false;                     // set by the caller after reset(): fill `spans`
   std::vector<AttentionSpan> spans;              // host steady clock, in the order they ended
+  // On CUDA the spans above are timed on the device: compute and waits between events on the compute
+  // stream, transfers from the event at their post to the one after their wait. The events wait
+  // here until resolve_device_times() (after the step has synchronized) turns them into the seconds
+  // and spans above. Always empty on the CPU, where the host clock times everything directly.
+  struct DeviceSpan {
+    AttentionSpan::Kind kind = AttentionSpan::Kind::compute;
+    std::string name;
+    comm::DeviceTime begin, end;
+  };
+  std::vector<DeviceSpan> device_spans;
   void reset() { *this = AttentionStats{}; }
 };
+
+// Adds the device-timed spans of `stats` to its compute / comm / transfer seconds and, when it records
+// spans, to `spans` on the host clock: `anchor` is a DeviceTime taken on the same device at the host
+// time `anchor_host`, with the device idle (right after a synchronization), so device times map to
+// host times by their distance from it. Waits for the last event; clears device_spans.
+void resolve_device_times(AttentionStats& stats, const comm::DeviceTime& anchor,
+                          std::chrono::steady_clock::time_point anchor_host);
 
 namespace kernels {
 class PlanCache;

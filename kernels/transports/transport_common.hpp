@@ -62,6 +62,7 @@ struct TransportState {
   AttentionStats* stats = nullptr;
   std::string nvtx_prefix;
   AttendShape shape;
+  at::Device device{at::kCPU};  // where the maths runs (CUDA: spans are timed with device events)
 
   // Plan of this rank's queries against the key block of rank `src` (from the step's PlanCache).
   [[nodiscard]] const BlockPlan& plan(int src) const { return plans->plan(src); }
@@ -94,9 +95,11 @@ struct Wire {
   [[nodiscard]] at::TensorOptions options(at::ScalarType dtype) const;
 };
 
-// Adds wall time to AttentionStats (when present) and marks the span with an NVTX range
-// "<prefix>:attn_comm" or "<prefix>:attn_compute". Steady clock: on CUDA the compute span is host
-// time (kernel launches) unless something in it synchronizes; the harness's phase bounds synchronize.
+// Adds the span's time to AttentionStats (when present) and marks it with an NVTX range
+// "<prefix>:attn_comm" or "<prefix>:attn_compute". CPU: the host clock. CUDA: two device events on
+// the compute stream (comm::DeviceTime; no host synchronization), resolved after the step by
+// resolve_device_times(): a compute span is what the stream spent on the kernels, a comm span what it
+// spent waiting for a transfer (NCCL's wait blocks the stream, not the host).
 // `label` names the span in the step's timeline (AttentionStats::record_spans): the step it belongs to,
 // "<transport>_<fwd|bwd>:<step>" (see StepRange); a comm span is recorded as a wait.
 class Phase {
@@ -113,6 +116,8 @@ class Phase {
   std::string label_;
   nvtx::Range range_;
   std::chrono::steady_clock::time_point start_;
+  at::Device device_{at::kCPU};
+  comm::DeviceTime start_dev_;  // CUDA only
 };
 
 // The NVTX range of one transport step, "<prefix>:<transport>_<fwd|bwd>:<step>" (docs/timeline.md);
@@ -131,8 +136,13 @@ class StepRange {
 // Time a transfer was in flight, from its post to the return of its wait (overlapped or not): the
 // communication time achieved_bandwidth divides by. Added to AttentionStats::transfer_seconds by done(),
 // and recorded as a transfer span named `label` (grad: dK/dV traffic) when the stats record spans.
+// CUDA: from an event on the compute stream at the post to one after the wait, i.e. until both the
+// transfer and the compute it overlapped were done: an upper bound of the transfer time (so
+// achieved_bandwidth is a lower bound) when the compute took longer.
 struct InFlight {
+  explicit InFlight(const TransportState& st);
   std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
+  comm::DeviceTime posted_dev;  // CUDA only
   void done(const TransportState& st, const std::string& label, bool grad = false) const;
 };
 

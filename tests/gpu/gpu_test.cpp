@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sys/wait.h>
@@ -107,7 +108,7 @@ sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2],
     EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
     EXPECT_EQ(c.axes.at("backend"), c.axes.at("cp") == "1" ? "nccl" : "gloo") << c.name;
     // The step timeline on a GPU: phase bounds after a device synchronize (docs/timeline.md).
-    EXPECT_EQ(c.timeline.clock, "steady+device_sync") << c.name;
+    EXPECT_EQ(c.timeline.clock, "steady+cuda_events") << c.name;
     EXPECT_EQ(c.timeline.ranks.size(), static_cast<size_t>(std::stoi(c.axes.at("cp")))) << c.name;
   }
   EXPECT_TRUE(fsu::exists(dir + "/out/trace.json"));
@@ -173,7 +174,11 @@ TEST(Gpu, AttentionStepHasNoHostSynchronization) {
   const TokenMeta meta = causal_meta(1, 1024, at::kCPU);
   comm::Communicator one;
   for (const std::string name : {"allgather", "ring"}) {
-    AttentionContext ctx{&one, mask, meta, meta, 0, nullptr, "cp:gpu-test", nullptr, false};
+    // With stats that record spans: the transports time them with CUDA events, which must not
+    // synchronize either.
+    AttentionStats stats;
+    stats.record_spans = true;
+    AttentionContext ctx{&one, mask, meta, meta, 0, &stats, "cp:gpu-test", nullptr, false};
     ctx.plans = make_plan_cache(mask, meta, meta, 0, 1, cuda);
     const auto o = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
     at::Tensor x = at::randn({1, 8, 1024, 64}, o).requires_grad_();
@@ -188,6 +193,12 @@ TEST(Gpu, AttentionStepHasNoHostSynchronization) {
       FAIL() << name << ": a host synchronization inside the step: " << e.what();
     }
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    // The spans resolve after the step: device time spent on the blocks, on the host clock.
+    const auto anchor_host = std::chrono::steady_clock::now();
+    EXPECT_FALSE(stats.device_spans.empty()) << name;
+    resolve_device_times(stats, comm::DeviceTime{}, anchor_host);
+    EXPECT_GT(stats.compute_seconds, 0.0) << name;
+    EXPECT_TRUE(stats.device_spans.empty()) << name;
   }
 }
 
