@@ -12,6 +12,7 @@
 
 #include "harness/model/data.hpp"
 #include "harness/runner/device_choice.hpp"
+#include "harness/model/mamba.hpp"
 #include "harness/model/model.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
@@ -44,6 +45,10 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
     return "device: cuda requested, but CUDA is not available here";
   if (attention_routing(c.sharder) == AttentionRouting::local_only && c.cp == 1 && c.expect == Expect::mismatch)
     return "a local-only negative control cannot differ from the reference at cp=1";
+  if (attention_routing(c.sharder) == AttentionRouting::ssm_rank_order && c.expect == Expect::mismatch) {
+    if (!s.model.has_ssm()) return "the ssm_rank_order negative control needs a model with Mamba layers (model.mixers)";
+    if (c.cp == 1) return "the ssm_rank_order negative control cannot differ from the reference at cp=1";
+  }
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
   const std::string why = make_transport(c.transport)->unsupported_reason(c.mask, opts, c.cp);
   if (!why.empty()) return c.transport + ": " + why;
@@ -193,8 +198,11 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   const Batch& b = data.batch;
   at::Tensor embeds;
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
+  std::optional<SsmStepContext> ssm;
+  if (x.s.model.has_ssm())
+    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm.conv, model->parameters()[0].scalar_type(), x.device);
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                   *b.position_ids, attn);
+                                   *b.position_ids, attn, ssm ? &*ssm : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;
@@ -284,6 +292,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
   Batch local;
   TokenMeta local_meta, all_meta;
   std::shared_ptr<const kernels::PlanCache> plans;
+  std::optional<SsmStepContext> ssm;
   {
     nvtx::Range range{x.nvtx, "shard"};
     local = sharder.shard(x.data.batch);
@@ -295,6 +304,11 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
     if (x.routing != AttentionRouting::local_only)
       plans = make_plan_cache(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
+    // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
+    // resets, once per step.
+    if (x.s.model.has_ssm())
+      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm.conv, c.dtype, x.device, x.nvtx,
+                                 x.routing != AttentionRouting::ssm_rank_order));
   }
   x.sync();
   t.shard = seconds_since(t0);
@@ -307,6 +321,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
   AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
   };
+  const SsmStepContext* ssm_ptr = ssm ? &*ssm : nullptr;
   x.model->zero_grad();
   ModelOutput out;
   at::Tensor loss;
@@ -314,17 +329,18 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     nvtx::Range range{x.nvtx, "forward"};
     switch (x.routing) {
       case AttentionRouting::transport:
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn);
+      case AttentionRouting::ssm_rank_order:  // its fault is in the SSM context above
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr);
         break;
       case AttentionRouting::sdpa_hook: {
         // The model's own attention is plain local SDPA; the wrap installs the CP transport at the
         // hook point for this forward only.
         SdpaHookGuard guard(*x.model, cp_attn);
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
         break;
       }
       case AttentionRouting::local_only:
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
         break;
       case AttentionRouting::perturbed: {
         const bool faulty = x.cp_rank == c.cp - 1;
@@ -333,7 +349,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
           const at::Tensor o = x.transport->attend(q, k, v, ctx);
           return faulty ? perturb_output(o, eps) : o;
         };
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn, ssm_ptr);
         break;
       }
       case AttentionRouting::grad_dropped: {
@@ -342,7 +358,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
           return faulty ? x.transport->attend(q, DropTokenGrad::apply(k), DropTokenGrad::apply(v), ctx)
                         : x.transport->attend(q, k, v, ctx);
         };
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn, ssm_ptr);
         break;
       }
     }
