@@ -157,7 +157,7 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
 
 ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
                                          const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
-                                         const AttentionFn& attention) {
+                                         const AttentionFn& attention, const SsmStepContext* ssm) {
   const auto& c = config_;
   at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
   if (!x.requires_grad()) x.requires_grad_(true);
