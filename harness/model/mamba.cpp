@@ -170,6 +170,10 @@ std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, boo
   return idx;
 }
 
+void count_sent(const SsmStepContext& ctx, const at::Tensor& exchanged, int64_t W) {
+  if (ctx.bytes_sent && W > 1) *ctx.bytes_sent += 2 * static_cast<int64_t>(exchanged.nbytes()) / W * (W - 1);
+}
+
 at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
   return at::tensor(v, at::kLong).to(device);
 }
@@ -199,6 +203,7 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
     nvtx::Range range{ctx.nvtx, "ssm_a2a"};
     const at::Tensor blocks = proj.index_select(2, index_tensor(send, dev));
     mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1) : blocks;
+    count_sent(ctx, blocks, W);
   }
   if (ctx.to_global.defined()) mine = mine.index_select(1, ctx.to_global);
   const int64_t L = mine.size(1);
@@ -238,6 +243,7 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
   if (ctx.to_rank_order.defined()) y = y.index_select(1, ctx.to_rank_order);
   nvtx::Range range{ctx.nvtx, "ssm_a2a"};
   at::Tensor out = ctx.comm ? all_to_all_autograd(*ctx.comm, y, 1, 2) : y;  // [R, S_local, d_inner]
+  count_sent(ctx, y, W);
   CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
            " (rank ", r, ")");
   return out;

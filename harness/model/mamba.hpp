@@ -79,6 +79,9 @@ struct SsmStepContext {
   at::Tensor to_rank_order;  // int64 [P]: global position of rank-order element i; undefined: identity
   SsmPlan plan;              // over the stream the scan runs on
   std::string nvtx;          // "cp:<sharder>"
+  // When set, += the bytes this rank's all-to-alls send to other ranks: (W-1)/W of each exchanged
+  // tensor, counted twice (the backward's reverse all-to-all sends as many).
+  int64_t* bytes_sent = nullptr;
 };
 // The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
 [[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,

@@ -106,6 +106,7 @@ at::Tensor gather_tokens(const comm::Communicator& comm, const Sharder& sharder,
 
 struct StepTimes {
   double shard = 0, forward = 0, backward = 0, gather = 0, total = 0;
+  int64_t ssm_bytes = 0;  // bytes the Mamba layers' all-to-alls sent from this rank
   AttentionStats attn;
 };
 
@@ -309,6 +310,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check) {
     if (x.s.model.has_ssm())
       ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm.conv, c.dtype, x.device, x.nvtx,
                                  x.routing != AttentionRouting::ssm_rank_order));
+    if (ssm) ssm->bytes_sent = &t.ssm_bytes;
   }
   x.sync();
   t.shard = seconds_since(t0);
@@ -471,7 +473,7 @@ std::vector<TensorError> worse_of(std::vector<TensorError> first, const std::vec
 // The timed steps' samples.
 struct Timings {
   std::vector<double> total, shard, fwd, bwd, gath, attn_s, comm_s, transfer_s;
-  double flops = 0, bytes = 0;
+  double flops = 0, bytes = 0, ssm_bytes = 0;
   std::map<std::string, int64_t> kernel_blocks;  // per step
   int64_t pairs = 0;
 };
@@ -493,6 +495,7 @@ Timings time_steps(CaseContext& x, AttentionStats& stats) {
     m.kernel_blocks = t.attn.kernel_blocks;
     m.flops = t.attn.flops;
     m.bytes = static_cast<double>(t.attn.bytes_sent);
+    m.ssm_bytes = static_cast<double>(t.ssm_bytes);
     m.pairs = t.attn.visible_pairs;
   }
   return m;
@@ -557,6 +560,8 @@ void record(const CaseContext& x, const Timings& m, const at::Tensor& per_rank, 
   // Bytes over the time they were in flight (on a GPU: the communication stream's time), not over the
   // exposed time, which overlap shrinks towards 0 and would inflate the bandwidth without bound.
   res.metrics.push_back({"achieved_bandwidth", max_comm > 0 ? max_b / max_comm : 0, "B/s", 0});
+  // Mamba layers (hidden-parallel): every rank sends the same, so rank 0's count is per rank.
+  if (x.s.model.has_ssm()) res.metrics.push_back({"ssm_a2a_bytes_per_rank", m.ssm_bytes, "bytes", 0});
   res.metrics.push_back({"peak_rss", static_cast<double>(peak_rss_bytes()), "bytes", 0});
   if (x.cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(x.device.index());
