@@ -102,7 +102,9 @@ struct SsmStepContext {
 // The selective scan, quadratic (SSD "attention") form over whole rows:
 //   y[t] = sum_{s <= t, group[s] == group[t]} C[t]·B[s] exp(sum_{s < u <= t} dt[u] A) dt[s] x[s] + D x[t]
 // x [R, L, H, P], dt [R, L, H] (>= 0; 0 = a transparent slot), A [H], B/C [R, L, G, N], D [H],
-// group int64 [R, L] -> [R, L, H, P]. Differentiable.
+// group int64 [R, L] -> [R, L, H, P]. Differentiable. O(L^2) memory per head, and the decays are
+// differences of one cumulative sum over the row: right for the test model's short rows (float64 /
+// float32); a production kernel would chunk the sequence (Mamba-2's SSD) instead.
 [[nodiscard]] at::Tensor ssm_scan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
                                   const at::Tensor& C, const at::Tensor& D, const at::Tensor& group);
 // The same as the plain recurrence over time (state [R, H, P, N]; reset where the group changes):
