@@ -17,6 +17,7 @@ std::unique_ptr<Layout> make_local_only_layout();
 std::unique_ptr<Layout> make_workload_balanced_layout();
 std::unique_ptr<Layout> make_perturbed_layout();
 std::unique_ptr<Layout> make_grad_dropped_layout();
+std::unique_ptr<Layout> make_ssm_rank_order_layout();
 
 namespace {
 struct Entry {
@@ -37,6 +38,7 @@ const std::vector<Entry>& entries() {
       {"workload_balanced", {}, make_workload_balanced_layout},
       {"perturbed", {}, make_perturbed_layout, AttentionRouting::perturbed},
       {"grad_dropped", {}, make_grad_dropped_layout, AttentionRouting::grad_dropped},
+      {"ssm_rank_order", {}, make_ssm_rank_order_layout, AttentionRouting::ssm_rank_order},
   };
   return all;
 }
@@ -57,7 +59,8 @@ AttentionRouting attention_routing(const std::string& name) { return entry(name)
 
 bool is_negative_control(const std::string& name) {
   const AttentionRouting r = attention_routing(name);
-  return r == AttentionRouting::local_only || r == AttentionRouting::perturbed || r == AttentionRouting::grad_dropped;
+  return r == AttentionRouting::local_only || r == AttentionRouting::perturbed || r == AttentionRouting::grad_dropped ||
+         r == AttentionRouting::ssm_rank_order;
 }
 
 std::vector<std::string> known_layouts() {

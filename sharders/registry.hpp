@@ -15,6 +15,8 @@ enum class AttentionRouting {
   local_only,    // negative control: attends to local keys only (wrong on purpose)
   perturbed,     // negative control: one rank's attention output off by a small relative amount
   grad_dropped,  // negative control: a few tokens' dK/dV dropped on one rank (gradient only)
+  ssm_rank_order,  // negative control: attention as `transport`, but SSM layers scan the all-to-all's
+                   // rank order without undoing the layout's chunk order
 };
 // True for the negative controls (wrong on purpose): planners and recommendations skip them.
 [[nodiscard]] bool is_negative_control(const std::string& name);

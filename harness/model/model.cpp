@@ -16,6 +16,13 @@ void ModelConfig::validate() const {
                  heads);
   CP_CHECK_USAGE(vocab >= 2, "model.vocab: expected at least 2, got ", vocab);
   CP_CHECK_USAGE(ffn >= 1, "model.ffn: expected a positive integer, got ", ffn);
+  if (!mixers.empty()) {
+    CP_CHECK_USAGE(static_cast<int64_t>(mixers.size()) == layers, "model.mixers: \"", mixers, "\" has ",
+                   mixers.size(), " letters, model.layers is ", layers, " (one letter per layer)");
+    CP_CHECK_USAGE(mixers.find_first_not_of("AM") == std::string::npos, "model.mixers: \"", mixers,
+                   "\": expected one letter per layer, A (attention) or M (Mamba)");
+  }
+  if (has_ssm()) ssm.validate();
   if (!mrope_sections.empty()) {
     int64_t sum = 0;
     for (auto s : mrope_sections) sum += s;
@@ -28,6 +35,11 @@ ModelConfig ModelConfig::preset_named(const std::string& name) {
   ModelConfig c;
   c.preset = name;
   if (name == "tiny") return c;
+  if (name == "tiny-hybrid") {
+    c.layers = 3;
+    c.mixers = "MAM";
+    return c;
+  }
   if (name == "small") {
     c.layers = 4;
     c.hidden = 256;
@@ -37,7 +49,7 @@ ModelConfig ModelConfig::preset_named(const std::string& name) {
     c.ffn = 704;
     return c;
   }
-  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, small"));
+  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, tiny-hybrid, small"));
 }
 
 namespace {
@@ -102,13 +114,35 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype).device(device)); };
   for (int64_t l = 0; l < c.layers; ++l) {
     Layer L;
+    L.mixer = c.mixer(l);
     // torch::nn parameter names may not contain dots.
     const std::string p = "layer" + std::to_string(l) + "_";
-    L.attn_norm = register_parameter(p + "attn_norm", ones(c.hidden));
-    L.wq = register_parameter(p + "wq", init_param({c.heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-    L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-    L.wv = register_parameter(p + "wv", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-    L.wo = register_parameter(p + "wo", init_param({c.hidden, c.heads * D}, s_in, c.seed, idx++, dtype, device));
+    if (L.mixer == 'A') {
+      L.attn_norm = register_parameter(p + "attn_norm", ones(c.hidden));
+      L.wq = register_parameter(p + "wq", init_param({c.heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+      L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+      L.wv = register_parameter(p + "wv", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
+      L.wo = register_parameter(p + "wo", init_param({c.hidden, c.heads * D}, s_in, c.seed, idx++, dtype, device));
+    } else {
+      const SsmConfig& m = c.ssm;
+      const auto vec = [&](double mean, double stddev) {
+        return (init_param({m.heads}, stddev, c.seed, idx++, at::kDouble, device) + mean).to(dtype);
+      };
+      L.ssm_norm = register_parameter(p + "ssm_norm", ones(c.hidden));
+      L.in_proj = register_parameter(p + "in_proj", init_param({m.in_proj_width(), c.hidden}, s_in, c.seed, idx++,
+                                                               dtype, device));
+      L.ssm.conv_w = register_parameter(
+          p + "conv_w", init_param({m.conv_channels(), m.conv}, 1.0 / std::sqrt(static_cast<double>(m.conv)), c.seed,
+                                   idx++, dtype, device));
+      L.ssm.conv_b = register_parameter(p + "conv_b", init_param({m.conv_channels()}, 0.1, c.seed, idx++, dtype, device));
+      // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
+      L.ssm.dt_bias = register_parameter(p + "dt_bias", vec(-3.0, 0.5));
+      L.ssm.A_log = register_parameter(p + "A_log", vec(0.0, 0.5));
+      L.ssm.D = register_parameter(p + "D", vec(1.0, 0.1));
+      L.out_proj = register_parameter(
+          p + "out_proj", init_param({c.hidden, m.d_inner()}, 1.0 / std::sqrt(static_cast<double>(m.d_inner())),
+                                     c.seed, idx++, dtype, device));
+    }
     L.mlp_norm = register_parameter(p + "mlp_norm", ones(c.hidden));
     L.w_gate = register_parameter(p + "w_gate", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
     L.w_up = register_parameter(p + "w_up", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
@@ -123,7 +157,7 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
 
 ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
                                          const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
-                                         const AttentionFn& attention) {
+                                         const AttentionFn& attention, const SsmStepContext* ssm) {
   const auto& c = config_;
   at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
   if (!x.requires_grad()) x.requires_grad_(true);
@@ -135,14 +169,22 @@ ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_
   const AttentionFn& attend = sdpa_hook ? sdpa_hook : attention;
   CP_CHECK(static_cast<bool>(attend), "model: no attention function at the SDPA hook point");
   for (const auto& L : layers_) {
-    at::Tensor h = rms_norm(x, L.attn_norm);
-    at::Tensor q = at::linear(h, L.wq).view({B, S, c.heads, D}).transpose(1, 2);
-    at::Tensor k = at::linear(h, L.wk).view({B, S, c.kv_heads, D}).transpose(1, 2);
-    at::Tensor v = at::linear(h, L.wv).view({B, S, c.kv_heads, D}).transpose(1, 2).contiguous();
-    q = apply_rope(q, cos, sin).contiguous();
-    k = apply_rope(k, cos, sin).contiguous();
-    at::Tensor a = attend(q, k, v);
-    x = x + at::linear(a.transpose(1, 2).reshape({B, S, c.heads * D}), L.wo);
+    if (L.mixer == 'M') {
+      CP_CHECK(ssm != nullptr, "model: layer with mixer M (Mamba) but no SSM context was passed to forward");
+      const at::Tensor proj = at::linear(rms_norm(x, L.ssm_norm), L.in_proj);
+      const at::Tensor z = proj.narrow(-1, 0, c.ssm.d_inner());
+      const at::Tensor y = mamba_ssm_forward(proj, L.ssm, c.ssm, *ssm);
+      x = x + at::linear(y * at::silu(z), L.out_proj);
+    } else {
+      at::Tensor h = rms_norm(x, L.attn_norm);
+      at::Tensor q = at::linear(h, L.wq).view({B, S, c.heads, D}).transpose(1, 2);
+      at::Tensor k = at::linear(h, L.wk).view({B, S, c.kv_heads, D}).transpose(1, 2);
+      at::Tensor v = at::linear(h, L.wv).view({B, S, c.kv_heads, D}).transpose(1, 2).contiguous();
+      q = apply_rope(q, cos, sin).contiguous();
+      k = apply_rope(k, cos, sin).contiguous();
+      at::Tensor a = attend(q, k, v);
+      x = x + at::linear(a.transpose(1, 2).reshape({B, S, c.heads * D}), L.wo);
+    }
     at::Tensor m = rms_norm(x, L.mlp_norm);
     x = x + at::linear(at::silu(at::linear(m, L.w_gate)) * at::linear(m, L.w_up), L.w_down);
   }

@@ -1,8 +1,10 @@
 #pragma once
 // The test model: a small decoder-only transformer whose attention goes through a hook point.
 //
-// token embedding (or inputs_embeds) -> L x [RMSNorm -> GQA attention with RoPE (mRoPE when
-// position_ids is [C, B, S]) -> residual -> RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> LM head.
+// token embedding (or inputs_embeds) -> L x [RMSNorm -> mixer -> residual -> RMSNorm -> SwiGLU MLP ->
+// residual] -> RMSNorm -> LM head. The mixer of layer l is `mixers[l]`: A = GQA attention with RoPE
+// (mRoPE when position_ids is [C, B, S]), M = the Mamba-2 style SSM of harness/model/mamba.hpp
+// (a Nemotron-H-like hybrid when both appear).
 // Shapes: input_ids [B, S] int64 or inputs_embeds [B, S, hidden]; logits [B, S, vocab].
 // Parameters are a pure function of (config, seed): every rank builds identical ones.
 #include <torch/torch.h>
@@ -11,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "harness/model/mamba.hpp"
 
 namespace cpbench {
 
@@ -25,10 +29,17 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::vector<int64_t> mrope_sections;  // sums to head_dim/2 when mRoPE position_ids are used
   uint64_t seed = 1234;
+  // One letter per layer: 'A' attention, 'M' Mamba (SSM); empty = every layer attention.
+  std::string mixers;
+  SsmConfig ssm;  // sizes of the 'M' layers
   [[nodiscard]] int64_t head_dim() const { return hidden / heads; }
+  [[nodiscard]] char mixer(int64_t layer) const {
+    return mixers.empty() ? 'A' : mixers[static_cast<size_t>(layer)];
+  }
+  [[nodiscard]] bool has_ssm() const { return mixers.find('M') != std::string::npos; }
   // Throws UsageError naming the field for impossible shapes.
   void validate() const;
-  // "tiny" (CI) and "small"; throws UsageError listing the presets on an unknown name.
+  // "tiny" (CI), "tiny-hybrid" (tiny with mixers MAM) and "small"; throws UsageError listing the presets on an unknown name.
   static ModelConfig preset_named(const std::string& name);
 };
 
@@ -44,10 +55,12 @@ class TinyTransformerImpl : public torch::nn::Module {
  public:
   TinyTransformerImpl(const ModelConfig& config, at::ScalarType dtype, const at::Device& device);
 
-  // `attention` is called once per layer; when the SDPA hook holds an override (see SdpaHookGuard),
-  // the override is called instead.
+  // `attention` is called once per attention layer; when the SDPA hook holds an override (see
+  // SdpaHookGuard), the override is called instead. `ssm`: how the Mamba layers run this step (one
+  // rank or hidden-parallel CP); required when the model has any.
   ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
-                      const at::Tensor& position_ids, const AttentionFn& attention);
+                      const at::Tensor& position_ids, const AttentionFn& attention,
+                      const SsmStepContext* ssm = nullptr);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // The SDPA hook point: empty = call the attention passed to forward().
@@ -57,7 +70,11 @@ class TinyTransformerImpl : public torch::nn::Module {
   ModelConfig config_;
   torch::nn::Embedding embed_{nullptr};
   struct Layer {
-    at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+    char mixer = 'A';
+    at::Tensor attn_norm, wq, wk, wv, wo;                               // 'A'
+    at::Tensor ssm_norm, in_proj, out_proj;                             // 'M'
+    SsmParams ssm;                                                      // 'M'
+    at::Tensor mlp_norm, w_gate, w_up, w_down;
   };
   std::vector<Layer> layers_;
   at::Tensor final_norm_, lm_head_;

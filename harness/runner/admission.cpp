@@ -40,6 +40,7 @@ std::string key_value(const ScenarioSpec& s, const std::string& key) {
   if (key == "model.layers") return std::to_string(s.model.layers);
   if (key == "model.ffn") return std::to_string(s.model.ffn);
   if (key == "model.heads") return std::to_string(s.model.heads);
+  if (key == "model.ssm.heads") return std::to_string(s.model.ssm.heads);
   return "?";
 }
 
@@ -113,6 +114,25 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
       L * B * sl * (3 * F + 4 * H) * e);
   add("logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}),
       3 * B * sl * V * e + 2 * B * S * V * e);
+  if (md.has_ssm()) {
+    // Mamba layers (harness/model/mamba.cpp), on top of the attention terms above, which count every
+    // layer as attention (an overestimate for hybrids): weights, and the quadratic scan's [B, P, P,
+    // H/W] tensors (decay, C.B, their product and the masks, ~6 kept for the backward) over the whole
+    // stream on every rank; the reference rank holds the same for all H heads over S.
+    const auto& sm = md.ssm;
+    double Lm = 0;
+    for (char ch : md.mixers) Lm += ch == 'M' ? 1 : 0;
+    const double Hs = static_cast<double>(sm.heads), rsh = Hs / 4;
+    add("SSM weights", driver({{"model.hidden", rh}, {"model.layers", rl}}),
+        3 * Lm *
+            (static_cast<double>(sm.in_proj_width()) * H + static_cast<double>(sm.conv_channels() * (sm.conv + 1)) +
+             3 * Hs + H * static_cast<double>(sm.d_inner()) + H) *
+            e);
+    const double Pw = sl * W;
+    add("SSM scan (P x P per local head)",
+        driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.ssm.heads", rsh / W}}),
+        Lm * B * Pw * Pw * (Hs / W) * 6 * ge + (reference_rank ? Lm * B * S * S * Hs * 6 * e : 0.0));
+  }
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).
   const double attention_guess = L * sl * (4 * H + 4 * Hkv * D + 4 * Hq) * e + W * 4 * Hkv * sl * D * ge;
   if (m.total < kSafeForIntegerFormulas && attention_guess * B < kSafeForIntegerFormulas) {

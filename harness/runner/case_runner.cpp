@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "harness/model/data.hpp"
+#include "harness/model/mamba.hpp"
 #include "harness/model/model.hpp"
 #include "harness/runner/device_choice.hpp"
 #include "harness/runner/reference_check.hpp"
@@ -45,6 +46,10 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
     return "device: cuda requested, but CUDA is not available here";
   if (attention_routing(c.sharder) == AttentionRouting::local_only && c.cp == 1 && c.expect == Expect::mismatch)
     return "a local-only negative control cannot differ from the reference at cp=1";
+  if (attention_routing(c.sharder) == AttentionRouting::ssm_rank_order && c.expect == Expect::mismatch) {
+    if (!s.model.has_ssm()) return "the ssm_rank_order negative control needs a model with Mamba layers (model.mixers)";
+    if (c.cp == 1) return "the ssm_rank_order negative control cannot differ from the reference at cp=1";
+  }
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
   const std::string why = make_transport(c.transport)->unsupported_reason(c.mask, opts, c.cp);
   if (!why.empty()) return c.transport + ": " + why;
@@ -102,6 +107,7 @@ at::Tensor gather_tokens(const comm::Communicator& comm, const Sharder& sharder,
 
 struct StepTimes {
   double shard = 0, forward = 0, backward = 0, gather = 0, total = 0;
+  int64_t ssm_bytes = 0;  // bytes the Mamba layers' all-to-alls sent from this rank
   AttentionStats attn;
 };
 
@@ -194,8 +200,11 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   const Batch& b = data.batch;
   at::Tensor embeds;
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
+  std::optional<SsmStepContext> ssm;
+  if (x.s.model.has_ssm())
+    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm.conv, model->parameters()[0].scalar_type(), x.device);
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                   *b.position_ids, attn);
+                                   *b.position_ids, attn, ssm ? &*ssm : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;
@@ -329,6 +338,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
   Batch local;
   TokenMeta local_meta, all_meta;
   std::shared_ptr<const kernels::PlanCache> plans;
+  std::optional<SsmStepContext> ssm;
   {
     nvtx::Range range{x.nvtx, "shard"};
     local = sharder.shard(x.data.batch);
@@ -340,6 +350,12 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
     // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
     if (x.routing != AttentionRouting::local_only)
       plans = make_plan_cache(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
+    // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
+    // resets, once per step.
+    if (x.s.model.has_ssm())
+      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm.conv, c.dtype, x.device, x.nvtx,
+                                 x.routing != AttentionRouting::ssm_rank_order));
+    if (ssm) ssm->bytes_sent = &t.ssm_bytes;
   }
   x.sync();
   t.shard = mark("shard", t0);
@@ -352,6 +368,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
   AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
   };
+  const SsmStepContext* ssm_ptr = ssm ? &*ssm : nullptr;
   x.model->zero_grad();
   ModelOutput out;
   at::Tensor loss;
@@ -359,17 +376,18 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
     nvtx::Range range{x.nvtx, "forward"};
     switch (x.routing) {
       case AttentionRouting::transport:
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn);
+      case AttentionRouting::ssm_rank_order:  // its fault is in the SSM context above
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr);
         break;
       case AttentionRouting::sdpa_hook: {
         // The model's own attention is plain local SDPA; the wrap installs the CP transport at the
         // hook point for this forward only.
         SdpaHookGuard guard(*x.model, cp_attn);
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
         break;
       }
       case AttentionRouting::local_only:
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
         break;
       case AttentionRouting::perturbed: {
         const bool faulty = x.cp_rank == c.cp - 1;
@@ -378,7 +396,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
           const at::Tensor o = x.transport->attend(q, k, v, ctx);
           return faulty ? perturb_output(o, eps) : o;
         };
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn, ssm_ptr);
         break;
       }
       case AttentionRouting::grad_dropped: {
@@ -387,7 +405,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
           return faulty ? x.transport->attend(q, DropTokenGrad::apply(k), DropTokenGrad::apply(v), ctx)
                         : x.transport->attend(q, k, v, ctx);
         };
-        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn);
+        out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, attn, ssm_ptr);
         break;
       }
     }
@@ -502,7 +520,7 @@ std::vector<TensorError> worse_of(std::vector<TensorError> first, const std::vec
 // The timed steps' samples.
 struct Timings {
   std::vector<double> total, shard, fwd, bwd, gath, attn_s, comm_s, transfer_s;
-  double flops = 0, bytes = 0;
+  double flops = 0, bytes = 0, ssm_bytes = 0;
   std::map<std::string, int64_t> kernel_blocks;  // per step
   int64_t pairs = 0;
   RankTimeline timeline;  // the median timed step (see time_steps)
@@ -528,6 +546,7 @@ Timings time_steps(CaseContext& x, AttentionStats& stats) {
     m.kernel_blocks = t.attn.kernel_blocks;
     m.flops = t.attn.flops;
     m.bytes = static_cast<double>(t.attn.bytes_sent);
+    m.ssm_bytes = static_cast<double>(t.ssm_bytes);
     m.pairs = t.attn.visible_pairs;
   }
   // The timeline shown is the step whose time, on the CP group's slowest rank, is the median (the lower
@@ -602,6 +621,8 @@ void record(const CaseContext& x, const Timings& m, const at::Tensor& per_rank, 
   // Bytes over the time they were in flight (on a GPU: the communication stream's time), not over the
   // exposed time, which overlap shrinks towards 0 and would inflate the bandwidth without bound.
   res.metrics.push_back({"achieved_bandwidth", max_comm > 0 ? max_b / max_comm : 0, "B/s", 0});
+  // Mamba layers (hidden-parallel): every rank sends the same, so rank 0's count is per rank.
+  if (x.s.model.has_ssm()) res.metrics.push_back({"ssm_a2a_bytes_per_rank", m.ssm_bytes, "bytes", 0});
   res.metrics.push_back({"peak_rss", static_cast<double>(peak_rss_bytes()), "bytes", 0});
   if (x.cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(x.device.index());

@@ -233,7 +233,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
 
   if (const auto m = root["model"]) {
     check_keys(c, m, "model", {"preset", "layers", "hidden", "heads", "kv_heads", "vocab", "ffn", "rope_theta",
-                               "mrope_sections", "seed"});
+                               "mrope_sections", "seed", "mixers", "ssm"});
     if (m["preset"]) {
       try {
         s.model = ModelConfig::preset_named(read_str(c, m["preset"], "model.preset"));
@@ -252,7 +252,18 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     if (m["rope_theta"]) s.model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
     if (m["mrope_sections"]) s.model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);
     if (m["seed"]) s.model.seed = static_cast<uint64_t>(read_int(c, m["seed"], "model.seed", 0));
-    if (m["preset"] && (m["layers"] || m["hidden"] || m["heads"] || m["kv_heads"] || m["vocab"] || m["ffn"]))
+    if (m["mixers"]) s.model.mixers = read_str(c, m["mixers"], "model.mixers");
+    if (const auto ssm = m["ssm"]) {
+      if (!ssm.IsMap()) c.fail("model.ssm", "expected a mapping of heads, head_dim, state, groups, conv, got " + scalar_text(ssm));
+      check_keys(c, ssm, "model.ssm", {"heads", "head_dim", "state", "groups", "conv"});
+      if (ssm["heads"]) s.model.ssm.heads = read_int(c, ssm["heads"], "model.ssm.heads", 1);
+      if (ssm["head_dim"]) s.model.ssm.head_dim = read_int(c, ssm["head_dim"], "model.ssm.head_dim", 1);
+      if (ssm["state"]) s.model.ssm.state = read_int(c, ssm["state"], "model.ssm.state", 1);
+      if (ssm["groups"]) s.model.ssm.groups = read_int(c, ssm["groups"], "model.ssm.groups", 1);
+      if (ssm["conv"]) s.model.ssm.conv = read_int(c, ssm["conv"], "model.ssm.conv", 1);
+    }
+    if (m["preset"] && (m["layers"] || m["hidden"] || m["heads"] || m["kv_heads"] || m["vocab"] || m["ffn"] ||
+                        m["mixers"] || m["ssm"]))
       s.model.preset += "+custom";
   }
   try {
@@ -380,6 +391,11 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
                   if (!seen.insert(cs.name() + "/" + ex).second) continue;
+                  // Refused before any rank starts: hidden-parallel CP cannot split these SSM sizes.
+                  if (s.model.has_ssm()) {
+                    const std::string why = s.model.ssm.cp_unsupported_reason(cp);
+                    if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
+                  }
                   cs.index = static_cast<int64_t>(s.cases.size());
                   s.cases.push_back(cs);
                 }

@@ -26,6 +26,20 @@ namespace cpbench::comm {
 
 [[nodiscard]] at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim = 0);
 
+// all_to_all_autograd(comm, x, split_dim, concat_dim):
+//   forward:  `x` is cut into W equal blocks along `split_dim` (its size must divide by W); block q
+//             goes to rank q. The result concatenates, along `concat_dim`, the blocks received from
+//             ranks 0..W-1 in rank order. Every rank passes the same shape; the result has
+//             size(split_dim) / W and size(concat_dim) * W (when the two dims differ).
+//             E.g. sequence -> hidden parallel: [B, S/W, D] with split_dim 2, concat_dim 1 -> [B, S, D/W]
+//             (the sequence in rank order: rank q's tokens at [q*S/W, (q+1)*S/W)).
+//   backward: the reverse all-to-all (split the gradient along concat_dim, concatenate along split_dim).
+//   A collective both ways, like all_gather_autograd. A world of one returns `x` itself.
+//   One generic function for every all-to-all in cpbench (hidden-parallel SSM layers; head-parallel
+//   attention reshapes to it).
+[[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim,
+                                             int64_t concat_dim);
+
 // An IValue that owns a copy of `value`, for AutogradContext::saved_data. IValues hold tensors and
 // scalars but not C++ objects; a capsule around a CustomClassHolder is the one slot that does. Why
 // not a global registry of ids: raw pointers dangle when the caller's object was a temporary, and
@@ -54,4 +68,5 @@ template <typename T>
 
 namespace cpbench {
 using comm::all_gather_autograd;
+using comm::all_to_all_autograd;
 }  // namespace cpbench

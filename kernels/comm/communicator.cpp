@@ -45,6 +45,17 @@ at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
   return out.to(full.device());
 }
 
+at::Tensor Communicator::all_to_all(const at::Tensor& blocks) const {
+  if (!backend_) return blocks;
+  at::Tensor in = staged(blocks);
+  CP_CHECK(in.dim() >= 1 && in.size(0) % size_ == 0, "all_to_all: leading dim ", in.size(0), " of shape ",
+           shape_str(in.sizes()), " is not divisible by world size ", size_, " (rank ", rank_, ")");
+  at::Tensor out = at::empty_like(in);
+  std::vector<int64_t> equal_splits;  // empty: equal splits
+  backend_->alltoall_base(out, in, equal_splits, equal_splits)->wait();
+  return out.to(blocks.device());
+}
+
 void Communicator::all_reduce_sum(at::Tensor& t) const {
   if (!backend_) return;
   CP_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor, got shape ", shape_str(t.sizes()));

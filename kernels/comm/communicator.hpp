@@ -30,6 +30,9 @@ class Communicator {
   [[nodiscard]] at::Tensor all_gather(const at::Tensor& local) const;
   // [size * n, ...] -> [n, ...]: the sum over ranks of block `rank`.
   [[nodiscard]] at::Tensor reduce_scatter_sum(const at::Tensor& full) const;
+  // [size * n, ...] -> [size * n, ...]: block q of the input goes to rank q; block q of the output
+  // came from rank q (equal splits on dim 0; c10d alltoall_base, which Gloo and NCCL both provide).
+  [[nodiscard]] at::Tensor all_to_all(const at::Tensor& blocks) const;
   // In place.
   void all_reduce_sum(at::Tensor& t) const;
   void all_reduce_max(at::Tensor& t) const;

@@ -243,7 +243,7 @@ TEST(LayoutProperties, RequestValidationNamesTheField) {
 TEST(LayoutProperties, RegistryFlagsAndAliases) {
   EXPECT_EQ(known_layouts(),
             (std::vector<std::string>{"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "local_only",
-                                      "workload_balanced", "perturbed", "grad_dropped"}));
+                                      "workload_balanced", "perturbed", "grad_dropped", "ssm_rank_order"}));
   for (const char* alias : {"round_robin", "head_tail", "zigzag"}) EXPECT_EQ(make_layout(alias)->name(), "load_balanced");
   for (const auto& name : known_layouts()) {
     auto layout = make_layout(name);
@@ -259,6 +259,9 @@ TEST(LayoutProperties, RegistryFlagsAndAliases) {
   EXPECT_EQ(attention_routing("thd"), AttentionRouting::transport);
   EXPECT_EQ(attention_routing("perturbed"), AttentionRouting::perturbed);
   EXPECT_EQ(attention_routing("grad_dropped"), AttentionRouting::grad_dropped);
+  EXPECT_EQ(attention_routing("ssm_rank_order"), AttentionRouting::ssm_rank_order);
   for (const auto& name : known_layouts())
-    EXPECT_EQ(is_negative_control(name), name == "local_only" || name == "perturbed" || name == "grad_dropped") << name;
+    EXPECT_EQ(is_negative_control(name), name == "local_only" || name == "perturbed" || name == "grad_dropped" ||
+                                             name == "ssm_rank_order")
+        << name;
 }

@@ -1,0 +1,252 @@
+#include "harness/model/mamba.hpp"
+
+#include <limits>
+#include <vector>
+
+#include "kernels/comm/autograd.hpp"
+#include "sharders/core/check.hpp"
+#include "sharders/core/nvtx.hpp"
+
+namespace cpbench {
+
+void SsmConfig::validate() const {
+  CP_CHECK_USAGE(heads >= 1, "model.ssm.heads: expected a positive integer, got ", heads);
+  CP_CHECK_USAGE(head_dim >= 1, "model.ssm.head_dim: expected a positive integer, got ", head_dim);
+  CP_CHECK_USAGE(state >= 1, "model.ssm.state: expected a positive integer, got ", state);
+  CP_CHECK_USAGE(groups >= 1 && heads % groups == 0, "model.ssm.groups: ", groups, " must divide model.ssm.heads ",
+                 heads);
+  CP_CHECK_USAGE(conv >= 1, "model.ssm.conv: expected a positive integer, got ", conv);
+}
+
+std::string SsmConfig::cp_unsupported_reason(int64_t cp) const {
+  if (heads % cp != 0)
+    return detail::concat("model.ssm.heads ", heads, " is not divisible by cp ", cp,
+                          " (hidden-parallel CP gives every rank heads/cp SSM heads)");
+  if (groups < cp ? cp % groups != 0 : groups % cp != 0)
+    return detail::concat("model.ssm.groups ", groups, " and cp ", cp,
+                          ": one must divide the other (B/C groups are split over, or replicated across, the ranks)");
+  return "";
+}
+
+// ---- plan ----
+
+SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, at::ScalarType dtype,
+                      const at::Device& device) {
+  const at::Tensor seg = meta.segment.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor doc = meta.doc.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor val = meta.valid.to(at::kCPU, at::kBool).contiguous();
+  const int64_t R = seg.size(0), L = seg.size(1), K = conv;
+  std::vector<int64_t> group(static_cast<size_t>(R * L)), src(static_cast<size_t>(R * L * K));
+  std::vector<double> valid(static_cast<size_t>(R * L));
+  const int64_t* sp = seg.data_ptr<int64_t>();
+  const int64_t* dp = doc.data_ptr<int64_t>();
+  const bool* vp = val.data_ptr<bool>();
+  int64_t next_group = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t zero_row = r * (L + 1) + L;  // the zero row appended to row r's input
+    std::vector<int64_t> window;               // the group's last K-1 real tokens (flat input rows)
+    bool have_key = false;
+    int64_t key_seg = 0, key_doc = 0, current = next_group++;
+    for (int64_t t = 0; t < L; ++t) {
+      const size_t i = static_cast<size_t>(r * L + t);
+      const bool real = vp[i];
+      if (real) {
+        const int64_t d = document_reset ? dp[i] : 0;
+        if (!have_key || sp[i] != key_seg || d != key_doc) {
+          current = next_group++;
+          window.clear();
+          have_key = true;
+          key_seg = sp[i];
+          key_doc = d;
+        }
+      }
+      group[i] = current;
+      valid[i] = real ? 1.0 : 0.0;
+      // Taps k = K-1 (this token), K-2 (the previous real one), ...; pad slots read zeros only.
+      for (int64_t k = 0; k < K; ++k) src[i * static_cast<size_t>(K) + static_cast<size_t>(k)] = zero_row;
+      if (real) {
+        src[i * static_cast<size_t>(K) + static_cast<size_t>(K - 1)] = r * (L + 1) + t;
+        for (size_t m = 0; m < window.size(); ++m)
+          src[i * static_cast<size_t>(K) + static_cast<size_t>(K - 2) - m] = window[window.size() - 1 - m];
+        window.push_back(r * (L + 1) + t);
+        if (static_cast<int64_t>(window.size()) > K - 1) window.erase(window.begin());
+      }
+    }
+  }
+  SsmPlan p;
+  p.rows = R;
+  p.length = L;
+  p.group = at::tensor(group, at::kLong).view({R, L}).to(device);
+  p.valid = at::tensor(valid, at::kDouble).view({R, L}).to(device, dtype);
+  p.conv_src = at::tensor(src, at::kLong).to(device);
+  return p;
+}
+
+SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,
+                                       at::ScalarType dtype, const at::Device& device) {
+  SsmStepContext ctx;
+  ctx.plan = make_ssm_plan(meta, mask.same_document(), conv, dtype, device);
+  return ctx;
+}
+
+SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder, const TokenMeta& all_meta,
+                              const MaskSpec& mask, int64_t conv, at::ScalarType dtype, const at::Device& device,
+                              std::string nvtx, bool undo_chunk_order) {
+  SsmStepContext ctx;
+  ctx.comm = &comm;
+  ctx.nvtx = std::move(nvtx);
+  const GlobalLayout& g = sharder.shard_layout().global;
+  CP_CHECK(all_meta.tokens() == g.padded_seq_len, "mamba: gathered metadata has ", all_meta.tokens(),
+           " tokens per row, the shard's stream ", g.padded_seq_len, " (", sharder.who(), ")");
+  TokenMeta scan_meta = all_meta;
+  if (undo_chunk_order) {
+    // The layout's one map, both ways: rank-order concatenation <-> global stream order.
+    std::vector<int64_t> rank_order;
+    rank_order.reserve(static_cast<size_t>(g.padded_seq_len));
+    for (const auto& r : g.ranks) rank_order.insert(rank_order.end(), r.begin(), r.end());
+    ctx.to_rank_order = at::tensor(rank_order, at::kLong).to(device);
+    ctx.to_global = at::tensor(g.inverse(), at::kLong).to(device);
+    scan_meta = all_meta.index_select(1, ctx.to_global.to(all_meta.pos.device()));
+  }
+  ctx.plan = make_ssm_plan(scan_meta, mask.same_document(), conv, dtype, device);
+  return ctx;
+}
+
+// ---- scan ----
+
+at::Tensor ssm_scan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                    const at::Tensor& C, const at::Tensor& D, const at::Tensor& group) {
+  const int64_t L = x.size(1), H = x.size(2), G = B.size(2);
+  CP_CHECK(H % G == 0, "ssm_scan: ", H, " heads for ", G, " groups, shapes x ", shape_str(x.sizes()), " B ",
+           shape_str(B.sizes()));
+  const at::Tensor cs = at::cumsum(dt * A, 1);                          // [R, L, H]
+  const at::Tensor seg = cs.unsqueeze(2) - cs.unsqueeze(1);              // [R, t, s, H]: sum over (s, t]
+  const at::Tensor causal = at::ones({L, L}, group.options().dtype(at::kBool)).tril();
+  const at::Tensor same = group.unsqueeze(2) == group.unsqueeze(1);     // [R, t, s]
+  const at::Tensor keep = (same & causal).unsqueeze(-1);               // [R, t, s, 1]
+  // -inf before exp: the masked (s > t) differences are positive and would overflow.
+  const at::Tensor decay = at::exp(at::where(keep, seg, at::full({}, -std::numeric_limits<double>::infinity(), seg.options())));
+  const at::Tensor cb = at::einsum("rtgn,rsgn->rtsg", {C, B}).repeat_interleave(H / G, 3);  // [R, t, s, H]
+  const at::Tensor m = decay * cb * dt.unsqueeze(1);                                         // dt of s
+  return at::einsum("rtsh,rshp->rthp", {m, x}) + D.view({1, 1, H, 1}) * x;
+}
+
+at::Tensor ssm_scan_loop(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                         const at::Tensor& C, const at::Tensor& D, const at::Tensor& group) {
+  const int64_t R = x.size(0), L = x.size(1), H = x.size(2), P = x.size(3), G = B.size(2), N = B.size(3);
+  const at::Tensor Bh = B.repeat_interleave(H / G, 2), Ch = C.repeat_interleave(H / G, 2);  // [R, L, H, N]
+  at::Tensor h = at::zeros({R, H, P, N}, x.options());
+  std::vector<at::Tensor> ys;
+  for (int64_t t = 0; t < L; ++t) {
+    at::Tensor carry = at::exp(dt.select(1, t) * A);  // [R, H]
+    if (t > 0) carry = carry * (group.select(1, t) == group.select(1, t - 1)).unsqueeze(1).to(x.scalar_type());
+    else carry = carry * 0;
+    h = h * carry.view({R, H, 1, 1}) +
+        (dt.select(1, t).reshape({R, H, 1, 1}) * x.select(1, t).unsqueeze(-1)) * Bh.select(1, t).unsqueeze(2);
+    ys.push_back((h * Ch.select(1, t).unsqueeze(2)).sum(-1) + D.view({1, H, 1}) * x.select(1, t));
+  }
+  return at::stack(ys, 1);
+}
+
+// ---- the layer under CP ----
+
+namespace {
+
+// Channels of `proj` ([z | x | B | C | dt]) that rank q of W scans: its heads' x, its groups' B and C,
+// its heads' dt. With `conv_coords`, the same channels of conv1d ([x | B | C]) without dt.
+std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, bool conv_coords) {
+  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, N = c.state, G = c.groups;
+  const int64_t g_l = G >= W ? G / W : 1;
+  const int64_t g0 = G >= W ? q * g_l : q / (W / G);
+  const int64_t base = conv_coords ? 0 : c.d_inner();  // skip z in proj coordinates
+  std::vector<int64_t> idx;
+  const auto range = [&](int64_t start, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
+  };
+  range(base + q * d_l, d_l);                                    // x
+  range(base + c.d_inner() + g0 * N, g_l * N);                   // B
+  range(base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
+  if (!conv_coords) range(base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
+  return idx;
+}
+
+void count_sent(const SsmStepContext& ctx, const at::Tensor& exchanged, int64_t W) {
+  if (ctx.bytes_sent && W > 1) *ctx.bytes_sent += 2 * static_cast<int64_t>(exchanged.nbytes()) / W * (W - 1);
+}
+
+at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
+  return at::tensor(v, at::kLong).to(device);
+}
+
+}  // namespace
+
+at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                             const SsmStepContext& ctx) {
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "mamba: proj ", shape_str(proj.sizes()),
+           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
+  const std::string why = c.cp_unsupported_reason(W);
+  CP_CHECK(why.empty(), "mamba: ", why, " (rank ", r, ")");
+  const int64_t R = proj.size(0), S_local = proj.size(1);
+  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, g_l = c.groups >= W ? c.groups / W : 1;
+  const int64_t N = c.state, K = c.conv;
+  const at::Device dev = proj.device();
+
+  // Sequence-parallel -> hidden-parallel: block q of the last dim holds rank q's channels.
+  std::vector<int64_t> send;
+  for (int64_t q = 0; q < W; ++q) {
+    const auto ch = rank_channels(c, W, q, false);
+    send.insert(send.end(), ch.begin(), ch.end());
+  }
+  at::Tensor mine;  // [R, W * S_local, channels], rank order
+  {
+    nvtx::Range range{ctx.nvtx, "ssm_a2a"};
+    const at::Tensor blocks = proj.index_select(2, index_tensor(send, dev));
+    mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1) : blocks;
+    count_sent(ctx, blocks, W);
+  }
+  if (ctx.to_global.defined()) mine = mine.index_select(1, ctx.to_global);
+  const int64_t L = mine.size(1);
+  CP_CHECK(ctx.plan.rows == R && ctx.plan.length == L, "mamba: the SSM plan covers [", ctx.plan.rows, ", ",
+           ctx.plan.length, "], the gathered stream is [", R, ", ", L, "] (rank ", r, ")");
+
+  // Low precision scans in float32 (the cumulative decays lose everything in bfloat16).
+  const at::ScalarType st = proj.scalar_type();
+  const at::ScalarType ct = (st == at::kBFloat16 || st == at::kHalf) ? at::kFloat : st;
+  const int64_t cc = d_l + 2 * g_l * N;
+  at::Tensor xbc = mine.narrow(2, 0, cc).to(ct);
+  at::Tensor dt_raw = mine.narrow(2, cc, h_l).to(ct);
+
+  // Causal depthwise conv over each token's earlier real tokens of its group (SsmPlan::conv_src).
+  const at::Tensor conv_idx = index_tensor(rank_channels(c, W, r, true), dev);
+  const at::Tensor w = params.conv_w.index_select(0, conv_idx).to(ct);  // [cc, K]
+  const at::Tensor b = params.conv_b.index_select(0, conv_idx).to(ct);
+  const at::Tensor padded = at::cat({xbc, at::zeros({R, 1, cc}, xbc.options())}, 1).reshape({R * (L + 1), cc});
+  const at::Tensor taps = padded.index_select(0, ctx.plan.conv_src).view({R, L, K, cc});
+  xbc = at::silu((taps * w.t().unsqueeze(0).unsqueeze(0)).sum(2) + b);
+
+  const at::Tensor valid = ctx.plan.valid.to(ct);
+  const at::Tensor x = xbc.narrow(2, 0, d_l).reshape({R, L, h_l, c.head_dim});
+  const at::Tensor B = xbc.narrow(2, d_l, g_l * N).reshape({R, L, g_l, N});
+  const at::Tensor C = xbc.narrow(2, d_l + g_l * N, g_l * N).reshape({R, L, g_l, N});
+  const at::Tensor heads = index_tensor([&] {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < h_l; ++i) v.push_back(r * h_l + i);
+    return v;
+  }(), dev);
+  // Pad slots get dt = 0: no decay, no input, so the state carries through them unchanged.
+  const at::Tensor dt = at::softplus(dt_raw + params.dt_bias.index_select(0, heads).to(ct)) * valid.unsqueeze(-1);
+  const at::Tensor A = -at::exp(params.A_log.index_select(0, heads).to(ct));
+  const at::Tensor D = params.D.index_select(0, heads).to(ct);
+  at::Tensor y = ssm_scan(x, dt, A, B, C, D, ctx.plan.group).reshape({R, L, d_l}).to(st);
+
+  if (ctx.to_rank_order.defined()) y = y.index_select(1, ctx.to_rank_order);
+  nvtx::Range range{ctx.nvtx, "ssm_a2a"};
+  at::Tensor out = ctx.comm ? all_to_all_autograd(*ctx.comm, y, 1, 2) : y;  // [R, S_local, d_inner]
+  count_sent(ctx, y, W);
+  CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
+           " (rank ", r, ")");
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,116 @@
+#pragma once
+// The test model's selective-state-space mixer (Mamba-2 style) and its hidden-parallel context
+// parallelism (the seed's `mamba` module, ../shared/reference/nemo-automodel-cp.md §10).
+//
+// Layer (harness/model/model.cpp): h = RMSNorm(x); proj = in_proj(h) = [z | x | B | C | dt]
+// ([d_inner | d_inner | G*N | G*N | H] channels); xBC = silu(causal depthwise conv1d([x | B | C]));
+// dt = softplus(dt + dt_bias); y = selective_scan(x, dt, A = -exp(A_log), B, C) + D * x;
+// out = out_proj(y * silu(z)). Heads h use B/C group h / (H / G).
+//
+// Hidden-parallel CP (mamba_ssm_forward): the sequence is not split. One all-to-all turns this rank's
+// tokens of every channel, [R, S/W, ...], into every token of this rank's channels, [R, S, ...]: the
+// x channels and dt of heads [r*H/W, (r+1)*H/W), and the B/C channels of their groups (G >= W: groups
+// [r*G/W, (r+1)*G/W); G < W: group r / (W/G), so each group is sent to W/G ranks). The received
+// sequence is in rank order; it is put in global order with the shard's own map
+// (GlobalLayout::inverse(), the layout code's one index map), the conv and the scan run over the whole
+// stream with this rank's slices of conv1d, dt_bias, A_log and D (index_select of the full parameters,
+// so gradients reach them), the result goes back to rank order (GlobalLayout::ranks) and a second
+// all-to-all returns [R, S/W, d_inner]. z never travels: the gate is applied on the local tokens.
+//
+// Mask semantics: the conv window and the scan state see only earlier REAL tokens of the same group:
+// a group is one input row (segment), and under a document mask one document. Pad slots contribute
+// nothing (dt = 0 there: the state passes them unchanged; the conv skips them), so a thd stream's pad
+// slots between documents and a row's trailing padding never reach a real token. The mask's window
+// and visibility (causal / full / sliding_window) are attention's business: the SSM is always causal.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/comm/communicator.hpp"
+#include "sharders/mask.hpp"
+#include "sharders/sharder.hpp"
+
+namespace cpbench {
+
+struct SsmConfig {
+  int64_t heads = 4;     // H, SSM heads
+  int64_t head_dim = 16;  // P; d_inner = H * P
+  int64_t state = 16;    // N, state size per head
+  int64_t groups = 2;    // G, B/C groups; divides H
+  int64_t conv = 4;      // K, depthwise causal conv1d width
+  [[nodiscard]] int64_t d_inner() const { return heads * head_dim; }
+  [[nodiscard]] int64_t conv_channels() const { return d_inner() + 2 * groups * state; }  // [x | B | C]
+  [[nodiscard]] int64_t in_proj_width() const { return 2 * d_inner() + 2 * groups * state + heads; }
+  // Throws UsageError naming model.ssm.<key>.
+  void validate() const;
+  // "" when hidden-parallel CP over `cp` ranks can split this layer, else the one-line reason
+  // (heads % cp != 0; groups neither dividing cp nor divisible by it).
+  [[nodiscard]] std::string cp_unsupported_reason(int64_t cp) const;
+};
+
+// One SSM layer's parameters (the model's registered tensors).
+struct SsmParams {
+  at::Tensor conv_w;   // [conv_channels, K]; tap K-1 multiplies the current token (torch conv1d order)
+  at::Tensor conv_b;   // [conv_channels]
+  at::Tensor dt_bias;  // [H]
+  at::Tensor A_log;    // [H], A = -exp(A_log)
+  at::Tensor D;        // [H]
+};
+
+// Where the conv and the scan may look, per row of a stream [R, L] (built once per step, shared by
+// every SSM layer).
+struct SsmPlan {
+  at::Tensor group;     // int64 [R, L]: scan state flows only between tokens of one group
+  at::Tensor valid;     // [R, L] 1 real token, 0 pad slot (compute dtype)
+  at::Tensor conv_src;  // int64 [R * L * K]: row of the zero-extended input [R * (L + 1), C] that tap k of
+                        // token t reads (its (K-1-k)-th previous real token of its group, else a zero row)
+  int64_t rows = 0, length = 0;
+};
+// From token metadata [R, L] in scan order (sharders/stream.hpp's fields, on any device).
+// `document_reset`: the mask separates documents (MaskSpec::same_document()).
+[[nodiscard]] SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, at::ScalarType dtype,
+                                    const at::Device& device);
+
+// What an SSM layer needs to run on this rank, built once per step.
+struct SsmStepContext {
+  const comm::Communicator* comm = nullptr;  // null: one rank, the stream as given
+  at::Tensor to_global;      // int64 [P]: rank-order index of global position p; undefined: identity
+  at::Tensor to_rank_order;  // int64 [P]: global position of rank-order element i; undefined: identity
+  SsmPlan plan;              // over the stream the scan runs on
+  std::string nvtx;          // "cp:<sharder>"
+  // When set, += the bytes this rank's all-to-alls send to other ranks: (W-1)/W of each exchanged
+  // tensor, counted twice (the backward's reverse all-to-all sends as many).
+  int64_t* bytes_sent = nullptr;
+};
+// The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
+[[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,
+                                                     at::ScalarType dtype, const at::Device& device);
+// The CP path after `sharder` sharded the batch: `all_meta` is every rank's attention metadata in rank
+// order ([R, W * S_local], what the runner all-gathers). `undo_chunk_order = false` is the negative
+// control that scans the rank-order concatenation as if it were the sequence.
+[[nodiscard]] SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder,
+                                            const TokenMeta& all_meta, const MaskSpec& mask, int64_t conv,
+                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
+                                            bool undo_chunk_order = true);
+
+// The SSM part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> y [R, S_local,
+// d_inner] (before the gate), every head's output for this rank's tokens. Collective over ctx.comm.
+[[nodiscard]] at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& config,
+                                           const SsmStepContext& ctx);
+
+// The selective scan, quadratic (SSD "attention") form over whole rows:
+//   y[t] = sum_{s <= t, group[s] == group[t]} C[t]·B[s] exp(sum_{s < u <= t} dt[u] A) dt[s] x[s] + D x[t]
+// x [R, L, H, P], dt [R, L, H] (>= 0; 0 = a transparent slot), A [H], B/C [R, L, G, N], D [H],
+// group int64 [R, L] -> [R, L, H, P]. Differentiable. O(L^2) memory per head, and the decays are
+// differences of one cumulative sum over the row: right for the test model's short rows (float64 /
+// float32); a production kernel would chunk the sequence (Mamba-2's SSD) instead.
+[[nodiscard]] at::Tensor ssm_scan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                                  const at::Tensor& C, const at::Tensor& D, const at::Tensor& group);
+// The same as the plain recurrence over time (state [R, H, P, N]; reset where the group changes):
+// the readable definition and the unit tests' oracle.
+[[nodiscard]] at::Tensor ssm_scan_loop(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                                       const at::Tensor& B, const at::Tensor& C, const at::Tensor& D,
+                                       const at::Tensor& group);
+
+}  // namespace cpbench

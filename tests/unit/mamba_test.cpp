@@ -1,0 +1,244 @@
+// The Mamba mixer (harness/model/mamba.hpp): the quadratic scan against the plain recurrence, the
+// recurrence against a scalar loop written out by hand, the conv window and scan resets at document
+// starts and across pad slots, and the config / scenario checks of hidden-parallel CP.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "harness/model/mamba.hpp"
+#include "harness/model/model.hpp"
+#include "harness/runner/scenario.hpp"
+#include "sharders/core/check.hpp"
+
+using namespace cpbench;
+
+namespace {
+
+struct ScanInputs {
+  at::Tensor x, dt, A, B, C, D, group;
+};
+
+// R = 2 rows, L = 23 tokens, H = 4 heads, G = 2 groups; row 0 resets at t = 9 and 17, pads (dt = 0)
+// at t = 5, 6 of row 0 and t = 20 of row 1.
+ScanInputs random_inputs(bool requires_grad) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const int64_t R = 2, L = 23, H = 4, P = 3, G = 2, N = 5;
+  ScanInputs in;
+  in.x = at::normal(0.0, 1.0, {R, L, H, P}, gen, opts);
+  in.dt = at::softplus(at::normal(-1.0, 1.0, {R, L, H}, gen, opts));
+  in.dt.select(0, 0).narrow(0, 5, 2).zero_();
+  in.dt.select(0, 1).narrow(0, 20, 1).zero_();
+  in.A = -at::exp(at::normal(0.0, 0.5, {H}, gen, opts));
+  in.B = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
+  in.C = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
+  in.D = at::normal(1.0, 0.1, {H}, gen, opts);
+  in.group = at::zeros({R, L}, at::kLong);
+  in.group.select(0, 0).narrow(0, 9, L - 9).fill_(1);
+  in.group.select(0, 0).narrow(0, 17, L - 17).fill_(2);
+  in.group.select(0, 1).fill_(3);
+  if (requires_grad)
+    for (at::Tensor* t : {&in.x, &in.dt, &in.A, &in.B, &in.C, &in.D}) t->requires_grad_(true);
+  return in;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// One rank, no CP: the whole layer's SSM part on rows described by `meta`.
+at::Tensor ssm_layer(const at::Tensor& proj, const SsmParams& p, const SsmConfig& c, const TokenMeta& meta,
+                     bool document_mask) {
+  const SsmStepContext ctx = single_rank_ssm_context(
+      meta, document_mask ? MaskSpec::parse("document") : MaskSpec::parse("causal"), c.conv, at::kDouble, at::kCPU);
+  return mamba_ssm_forward(proj, p, c, ctx);
+}
+
+SsmParams random_params(const SsmConfig& c) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  return SsmParams{at::normal(0.0, 0.5, {c.conv_channels(), c.conv}, gen, opts),
+                   at::normal(0.0, 0.1, {c.conv_channels()}, gen, opts), at::normal(-2.0, 0.5, {c.heads}, gen, opts),
+                   at::normal(0.0, 0.5, {c.heads}, gen, opts), at::normal(1.0, 0.1, {c.heads}, gen, opts)};
+}
+
+}  // namespace
+
+TEST(SsmScan, QuadraticFormEqualsTheRecurrenceValuesAndGradients) {
+  ScanInputs a = random_inputs(true), b = random_inputs(true);
+  const at::Tensor ya = ssm_scan(a.x, a.dt, a.A, a.B, a.C, a.D, a.group);
+  const at::Tensor yb = ssm_scan_loop(b.x, b.dt, b.A, b.B, b.C, b.D, b.group);
+  EXPECT_LT(max_abs_diff(ya, yb), 1e-12);
+  const at::Tensor w = at::normal(0.0, 1.0, ya.sizes(), at::make_generator<at::CPUGeneratorImpl>(3),
+                                  at::TensorOptions().dtype(at::kDouble));
+  (ya * w).sum().backward();
+  (yb * w).sum().backward();
+  const char* names[] = {"x", "dt", "A", "B", "C", "D"};
+  const at::Tensor* ga[] = {&a.x, &a.dt, &a.A, &a.B, &a.C, &a.D};
+  const at::Tensor* gb[] = {&b.x, &b.dt, &b.A, &b.B, &b.C, &b.D};
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(ga[i]->grad().defined()) << names[i];
+    EXPECT_LT(max_abs_diff(ga[i]->grad(), gb[i]->grad()), 1e-10) << "grad of " << names[i];
+    EXPECT_FALSE(ga[i]->grad().isnan().any().item<bool>()) << "grad of " << names[i];
+  }
+}
+
+// The recurrence written out element by element: h[p][n] = exp(dt A) h[p][n] + dt x[p] B[n],
+// y[p] = sum_n h[p][n] C[n] + D x[p]; the state restarts where the group changes.
+TEST(SsmScan, RecurrenceEqualsAScalarLoop) {
+  const ScanInputs in = random_inputs(false);
+  const at::Tensor y = ssm_scan_loop(in.x, in.dt, in.A, in.B, in.C, in.D, in.group);
+  const int64_t R = in.x.size(0), L = in.x.size(1), H = in.x.size(2), P = in.x.size(3), G = in.B.size(2),
+                N = in.B.size(3);
+  double worst = 0;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / G);
+      std::vector<double> st(static_cast<size_t>(P * N), 0.0);
+      for (int64_t t = 0; t < L; ++t) {
+        const double dt = in.dt[r][t][h].item<double>(), A = in.A[h].item<double>();
+        const bool reset = t == 0 || in.group[r][t].item<int64_t>() != in.group[r][t - 1].item<int64_t>();
+        for (int64_t p = 0; p < P; ++p) {
+          double out = in.D[h].item<double>() * in.x[r][t][h][p].item<double>();
+          for (int64_t n = 0; n < N; ++n) {
+            double& s = st[static_cast<size_t>(p * N + n)];
+            s = (reset ? 0.0 : std::exp(dt * A) * s) + dt * in.x[r][t][h][p].item<double>() * in.B[r][t][g][n].item<double>();
+            out += s * in.C[r][t][g][n].item<double>();
+          }
+          worst = std::max(worst, std::abs(out - y[r][t][h][p].item<double>()));
+        }
+      }
+    }
+  EXPECT_LT(worst, 1e-12);
+}
+
+// conv taps: K = 3, row [real, real, pad, real | new document: real, real]. Tap K-1 is the token
+// itself, K-2 its previous real token of the same group; pad slots and a new document read zeros.
+TEST(SsmPlan, ConvWindowSkipsPadSlotsAndRestartsAtDocuments) {
+  TokenMeta m;
+  m.pos = at::arange(6).unsqueeze(0);
+  m.segment = at::zeros({1, 6}, at::kLong);
+  m.doc = at::tensor({0, 0, 0, 0, 1, 1}, at::kLong).unsqueeze(0);
+  m.valid = at::tensor({1, 1, 0, 1, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0);
+  const SsmPlan doc = make_ssm_plan(m, true, 3, at::kDouble, at::kCPU);
+  const int64_t Z = 6;  // the zero row of row 0 ([R * (L + 1)] rows)
+  const std::vector<int64_t> want = {Z, Z, 0, Z, 0, 1, Z, Z, Z, 0, 1, 3, Z, Z, 4, Z, 4, 5};
+  EXPECT_EQ(std::vector<int64_t>(doc.conv_src.data_ptr<int64_t>(), doc.conv_src.data_ptr<int64_t>() + 18), want);
+  EXPECT_EQ(doc.group[0][3].item<int64_t>(), doc.group[0][0].item<int64_t>());
+  EXPECT_NE(doc.group[0][4].item<int64_t>(), doc.group[0][3].item<int64_t>());
+  // A causal mask does not separate documents: the window runs on across the document start.
+  const SsmPlan causal = make_ssm_plan(m, false, 3, at::kDouble, at::kCPU);
+  EXPECT_EQ(causal.conv_src[4 * 3 + 0].item<int64_t>(), 1);
+  EXPECT_EQ(causal.conv_src[4 * 3 + 1].item<int64_t>(), 3);
+  EXPECT_EQ(causal.group[0][4].item<int64_t>(), causal.group[0][3].item<int64_t>());
+}
+
+// The whole SSM part of a layer: under a document mask, the second document's outputs do not depend on
+// the first document; pad slots never reach a real token; under a causal mask the state crosses.
+TEST(SsmLayer, DocumentStartsResetStateAndPadSlotsDoNotLeak) {
+  SsmConfig c;
+  c.heads = 2;
+  c.head_dim = 4;
+  c.state = 3;
+  c.groups = 1;
+  c.conv = 3;
+  const SsmParams p = random_params(c);
+  const int64_t L = 16;
+  TokenMeta m;
+  m.pos = at::arange(L).unsqueeze(0);
+  m.segment = at::zeros({1, L}, at::kLong);
+  m.doc = at::zeros({1, L}, at::kLong);
+  m.doc.narrow(1, 9, L - 9).fill_(1);  // document 1 starts at 9
+  m.valid = at::ones({1, L}, at::kBool);
+  m.valid.narrow(1, 6, 3).fill_(false);  // pad slots 6..8 end document 0's slot
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor proj = at::normal(0.0, 1.0, {1, L, c.in_proj_width()}, gen, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor y = ssm_layer(proj, p, c, m, true);
+
+  at::Tensor other_doc = proj.clone();
+  other_doc.narrow(1, 0, 6).normal_(0.0, 1.0, gen);
+  const at::Tensor y_doc = ssm_layer(other_doc, p, c, m, true);
+  // Not bit-exact: the scan's decays are differences of one cumulative sum over the row, which
+  // document 0's dt enters (rounding at 1e-16); under a causal mask (below) it moves by > 1e-6.
+  EXPECT_LT(max_abs_diff(y_doc.narrow(1, 9, L - 9), y.narrow(1, 9, L - 9)), 1e-13)
+      << "document 1 saw document 0 under a document mask";
+  EXPECT_GT(max_abs_diff(ssm_layer(other_doc, p, c, m, false).narrow(1, 9, L - 9),
+                         ssm_layer(proj, p, c, m, false).narrow(1, 9, L - 9)),
+            1e-6)
+      << "under a causal mask the state should carry across the document start";
+
+  at::Tensor other_pads = proj.clone();
+  other_pads.narrow(1, 6, 3).normal_(0.0, 5.0, gen);
+  for (bool document : {true, false}) {
+    const at::Tensor a = ssm_layer(other_pads, p, c, m, document), b = ssm_layer(proj, p, c, m, document);
+    EXPECT_EQ(max_abs_diff(a.narrow(1, 0, 6), b.narrow(1, 0, 6)), 0.0);
+    EXPECT_EQ(max_abs_diff(a.narrow(1, 9, L - 9), b.narrow(1, 9, L - 9)), 0.0) << "a pad slot leaked into a real token";
+  }
+}
+
+TEST(SsmConfigTest, CpConstraintsNameBothNumbers) {
+  SsmConfig c;  // heads 4, groups 2
+  EXPECT_EQ(c.cp_unsupported_reason(1), "");
+  EXPECT_EQ(c.cp_unsupported_reason(2), "");
+  EXPECT_EQ(c.cp_unsupported_reason(4), "");  // groups replicated 2x
+  EXPECT_NE(c.cp_unsupported_reason(3).find("model.ssm.heads 4 is not divisible by cp 3"), std::string::npos);
+  c.heads = 12;
+  c.groups = 4;
+  EXPECT_NE(c.cp_unsupported_reason(6).find("model.ssm.groups 4 and cp 6"), std::string::npos);
+  c.groups = 5;
+  EXPECT_THROW(c.validate(), UsageError);
+}
+
+TEST(SsmConfigTest, MixersAndPresets) {
+  ModelConfig m = ModelConfig::preset_named("tiny-hybrid");
+  EXPECT_EQ(m.mixers, "MAM");
+  EXPECT_TRUE(m.has_ssm());
+  EXPECT_NO_THROW(m.validate());
+  m.mixers = "MA";
+  try {
+    m.validate();
+    FAIL() << "mixers of the wrong length accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.mixers"), std::string::npos) << e.what();
+  }
+  m.mixers = "MAX";
+  EXPECT_THROW(m.validate(), UsageError);
+}
+
+TEST(SsmConfigTest, ScenarioRefusesSsmSizesTheCpCannotSplit) {
+  const std::string yaml = "model: {preset: tiny-hybrid, ssm: {heads: 4, groups: 2}}\nsweep: {cp: [2, 3]}\n";
+  try {
+    (void)parse_scenario(yaml, "x.yaml");
+    FAIL() << "cp 3 accepted for 4 SSM heads";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.ssm.heads 4 is not divisible by cp 3"), std::string::npos) << e.what();
+  }
+  const ScenarioSpec ok = parse_scenario("model: {mixers: AM, ssm: {heads: 2, head_dim: 8}}\nsweep: {cp: [1, 2]}\n",
+                                         "x.yaml");
+  EXPECT_EQ(ok.model.mixers, "AM");
+  EXPECT_EQ(ok.model.ssm.heads, 2);
+  EXPECT_EQ(ok.cases.size(), 2u);
+  EXPECT_THROW((void)parse_scenario("model: {mixers: AM, ssm: {head: 2}}\n", "x.yaml"), UsageError);
+}
+
+// A model with Mamba layers runs forward and backward on one rank, and every SSM parameter gets a
+// gradient.
+TEST(SsmLayer, HybridModelGivesEverySsmParameterAGradient) {
+  ModelConfig c = ModelConfig::preset_named("tiny-hybrid");
+  TinyTransformer model(c, at::kDouble, at::kCPU);
+  const int64_t S = 24;
+  at::Tensor ids = at::randint(1, c.vocab, {2, S}, at::kLong), pos = at::arange(S).unsqueeze(0).repeat({2, 1});
+  TokenMeta m{pos, at::zeros({2, S}, at::kLong), at::zeros({2, S}, at::kLong), at::ones({2, S}, at::kBool)};
+  const SsmStepContext ctx = single_rank_ssm_context(m, MaskSpec::parse("causal"), c.ssm.conv, at::kDouble, at::kCPU);
+  AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(q.size(1) / k.size(1), 1),
+                                            v.repeat_interleave(q.size(1) / v.size(1), 1), {}, 0.0, true);
+  };
+  ModelOutput out = model->forward(ids, std::nullopt, pos, attn, &ctx);
+  out.logits.sum().backward();
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().find("layer0_") != 0 && p.key().find("layer2_") != 0) continue;
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().max().item<double>(), 0.0) << p.key();
+  }
+  EXPECT_THROW((void)model->forward(ids, std::nullopt, pos, attn), Error);
+}
