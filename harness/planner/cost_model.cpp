@@ -29,6 +29,7 @@ int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, in
   ActivationShape shape;
   shape.cp = cp;
   shape.layers = m.layers;
+  shape.q_heads = m.heads;
   shape.kv_heads = m.kv_heads;
   shape.local_tokens = local_tokens;
   shape.head_dim = m.head_dim;
@@ -132,10 +133,11 @@ double unsharded_time(const PlanRequest& r, int64_t row_pairs) {
 }
 
 PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w, const std::string& sharder,
-                   const std::string& transport, int64_t W, double ideal_s) {
+                   const std::string& transport, int64_t W, double ideal_s, int64_t ulysses) {
   PlanCase c;
   c.sharder = sharder;
-  c.transport = transport;
+  c.transport = ulysses > 0 ? transport + "-u" + std::to_string(ulysses) : transport;
+  c.ulysses = ulysses;
   c.cp = W;
   c.ideal_s = ideal_s;
   const ModelShape& m = r.model;
@@ -180,10 +182,11 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
 
   // Bytes, time and the transport's own memory are the transport's formulas; the planner only feeds
   // them this case's shapes, link and compute.
-  const auto t = make_transport(transport);
+  const auto t = make_transport(transport, TransportOptions{ulysses});
   const int64_t e = element_size;
-  const int64_t call_bytes = t->bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
-  const int64_t fwd_bytes = t->forward_bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
+  const CallShape call{W, 1, m.heads, m.kv_heads, w.s, m.head_dim, e};
+  const int64_t call_bytes = t->bytes_per_call(call);
+  const int64_t fwd_bytes = t->forward_bytes_per_call(call);
   CP_CHECK(fwd_bytes >= 0 && call_bytes >= fwd_bytes, "planner: transport ", transport, " reports ", call_bytes,
            " bytes per call, less than its forward traffic ", fwd_bytes);
   CallCostInputs in;
@@ -198,6 +201,14 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   in.c_bwd = c_bwd;
   in.merge_fwd = merge_fwd;
   in.merge_bwd = merge_bwd;
+  in.call = call;
+  // The mean rank's forward compute, scaled from the slowest by the work counts of every rank (the
+  // priced ranks may be a subset): what a head-parallel transport gives each rank.
+  {
+    const double mx = *std::max_element(work.begin(), work.end());
+    const double mean = std::accumulate(work.begin(), work.end(), 0.0) / static_cast<double>(work.size());
+    in.c_fwd_mean = mx > 0 ? c_max * mean / mx : c_max;
+  }
   if (r.kernel == Kernel::fitted) in.contention = r.cluster.kernel.contention;
   const CallTime ct = t->time_per_call(in);
   const bool train = r.pass == Pass::train;

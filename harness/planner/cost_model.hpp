@@ -73,8 +73,11 @@ class StreamCache {
 // One case: `sharder`'s work `w` at W moved and timed by `transport` (a registered name), for the
 // request's model, cluster, kernel model and pass; element_size = bytes per K/V element of the request's
 // dtype; ideal_s = the unsharded step time / W. Leaves `rank` at 0 (the recommendation ranks).
+// `ulysses`: hybrid's Ulysses degree (0 for the other transports); the case's transport then reads
+// "hybrid-u<N>".
 [[nodiscard]] PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w,
-                                 const std::string& sharder, const std::string& transport, int64_t W, double ideal_s);
+                                 const std::string& sharder, const std::string& transport, int64_t W, double ideal_s,
+                                 int64_t ulysses = 0);
 
 // The exposed-communication estimate of one attention call by `transport` (a registered name; unknown:
 // UsageError listing the known ones): its time_per_call with the slowest rank's forward compute

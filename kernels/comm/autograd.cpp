@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include "sharders/core/check.hpp"
+#include "sharders/core/nvtx.hpp"
 
 namespace cpbench::comm {
 
@@ -39,7 +42,47 @@ class AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   }
 };
 
+struct AllToAllSpec {
+  Communicator comm;
+  std::vector<int> peers;
+  AllToAllObserver observer;
+};
+
+at::Tensor observed_all_to_all(const AllToAllSpec& s, const at::Tensor& t) {
+  nvtx::Range range{s.observer.nvtx_prefix, "a2a"};
+  const auto start = std::chrono::steady_clock::now();
+  at::Tensor out = s.comm.all_to_all(t, s.peers);
+  if (s.observer.done) {
+    const auto P = static_cast<int64_t>(s.peers.size());
+    const auto bytes = static_cast<int64_t>(t.nbytes()) / P * (P - 1);
+    s.observer.done(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return out;
+}
+
+class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const AllToAllSpec& spec) {
+    ctx->saved_data["spec"] = make_saved_object(spec);
+    return observed_all_to_all(spec, local);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& spec = saved_object<AllToAllSpec>(ctx->saved_data["spec"]);
+    // Materialized gradients (zeros when unused) keep the collective matched on every rank.
+    return {observed_all_to_all(spec, grads[0].contiguous()), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local, const std::vector<int>& peers,
+                               const AllToAllObserver& observer) {
+  CP_CHECK(local.defined() && local.dim() >= 1, "all_to_all_autograd: needs a defined tensor with a dimension (rank ",
+           comm.rank(), ")");
+  if (peers.size() == 1) return local;
+  return AllToAllFunction::apply(local, AllToAllSpec{comm, peers, observer});
+}
 
 at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim) {
   CP_CHECK(local.defined(), "all_gather_autograd: undefined tensor (rank ", comm.rank(), ")");

@@ -18,13 +18,33 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/comm/communicator.hpp"
 
 namespace cpbench::comm {
 
 [[nodiscard]] at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim = 0);
+
+// What an all-to-all reports, forward and backward: each one runs inside the NVTX range
+// "<nvtx_prefix>:a2a" and then calls `done` (if set) with the bytes this rank sent and the seconds the
+// call took. Copied into the autograd node, so whatever `done` captures must outlive the backward.
+struct AllToAllObserver {
+  std::string nvtx_prefix;
+  std::function<void(int64_t bytes_sent, double seconds)> done;
+};
+
+// all_to_all_autograd(comm, local, peers, observer):
+//   forward:  Communicator::all_to_all(local, peers) ([P * n, ...]: block i to peers[i], block i of the
+//             result from peers[i]); collective over the whole communicator, every rank with its group.
+//   backward: the same all-to-all of the gradient (it is its own inverse: the block rank a sent to b
+//             comes back from b to a's slot b), so each rank gets exactly the gradient of its blocks.
+//   A group of one returns `local` (no copy, no observer call).
+[[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local,
+                                             const std::vector<int>& peers, const AllToAllObserver& observer = {});
 
 // An IValue that owns a copy of `value`, for AutogradContext::saved_data. IValues hold tensors and
 // scalars but not C++ objects; a capsule around a CustomClassHolder is the one slot that does. Why

@@ -70,6 +70,11 @@ struct AttentionContext {
 inline constexpr double kBackwardFactor = 2.5;
 inline constexpr double kStepFactor = 1.0 + kBackwardFactor;
 
+// One attention call of one rank, as the bytes formulas see it (element_size: bytes per q/k/v element).
+struct CallShape {
+  int64_t cp = 1, batch = 1, q_heads = 1, kv_heads = 1, local_tokens = 0, head_dim = 0, element_size = 2;
+};
+
 // One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
 // c_fwd and c_local are borrowed: they must outlive the time_per_call() call they are given to.
 struct CallCostInputs {
@@ -89,6 +94,12 @@ struct CallCostInputs {
                                       // log-sum-exp, one per block); empty: 0
   std::span<const double> merge_bwd;  // s, each rank's backward accumulation passes (dQ, dK, dV); empty: 0
   double contention = 0;              // s of compute lost per s of link transfer that overlaps compute
+  // s, the forward compute averaged over all W ranks (0: c_fwd_max). The head-parallel transports
+  // (a2a, hybrid) split the whole sequence's work evenly over heads, whatever the layout's imbalance.
+  double c_fwd_mean = 0;
+  // The call's shape (the planner sets it; head_dim 0 = not given): the hybrid transport splits its
+  // bytes between its all-to-alls and its ring with it.
+  CallShape call;
 };
 
 // Predicted time of one attention call, fwd + bwd, in seconds. step_s includes the slowest rank's
@@ -111,8 +122,13 @@ struct RankPassTimes {
 
 // One rank's share of a model's attention path, for the transport's activation memory.
 struct ActivationShape {
-  int64_t cp = 1, layers = 1, batch = 1, kv_heads = 0, local_tokens = 0, head_dim = 0;
+  int64_t cp = 1, layers = 1, batch = 1, q_heads = 0, kv_heads = 0, local_tokens = 0, head_dim = 0;
   int64_t element_size = 2;  // bytes per K/V element (dK/dV: the accumulation dtype, see below)
+};
+
+// How a transport instance is configured beyond its name (scenario keys; the planner's sweep).
+struct TransportOptions {
+  int64_t ulysses = 0;  // hybrid: the Ulysses degree U of the U x (W/U) mesh (required, divides W)
 };
 
 class Transport {
@@ -122,15 +138,25 @@ class Transport {
   // Empty if supported; otherwise the reason this transport cannot evaluate the mask / dtype / device.
   [[nodiscard]] virtual std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
                                                        int64_t cp) const = 0;
+  // Empty if this transport can split `q_heads` query and `kv_heads` key/value heads over a CP group of
+  // `cp` ranks; otherwise a one-line reason naming the numbers (the head-parallel transports need
+  // q_heads % (their all-to-all degree) == 0; scenario validation and the planner ask it).
+  [[nodiscard]] virtual std::string unsupported_heads(int64_t /*cp*/, int64_t /*q_heads*/, int64_t /*kv_heads*/) const {
+    return "";
+  }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;
+  // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by
+  // default this rank's queries against every rank's key block (make_plan_cache); the head-parallel
+  // transports plan the sequence their all-to-all gathers instead.
+  [[nodiscard]] virtual std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec& mask,
+                                                                            const TokenMeta& local,
+                                                                            const TokenMeta& all, int rank, int world,
+                                                                            const at::Device& device) const;
   // Bytes this rank sends for one forward + backward of one attention call (the transport's formula).
-  [[nodiscard]] virtual int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                               int64_t head_dim, int64_t element_size) const = 0;
-  // The forward's part of bytes_per_call (same arguments); the rest is backward traffic. 0 <= it <= bytes_per_call.
-  [[nodiscard]] virtual int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads,
-                                                       int64_t local_tokens, int64_t head_dim,
-                                                       int64_t element_size) const = 0;
+  [[nodiscard]] virtual int64_t bytes_per_call(const CallShape& shape) const = 0;
+  // The forward's part of bytes_per_call; the rest is backward traffic. 0 <= it <= bytes_per_call.
+  [[nodiscard]] virtual int64_t forward_bytes_per_call(const CallShape& shape) const = 0;
   // The transport's time formula for one call (docs/planner.md, "Step time"): how its transfers
   // overlap the compute. At W = 1 nothing moves: step_s = kStepFactor * c_fwd_max.
   [[nodiscard]] virtual CallTime time_per_call(const CallCostInputs& in) const = 0;
@@ -167,7 +193,15 @@ class Transport {
 //
 // Registry (kernels/transports/registry.cpp): a transport is one file here plus one line there; the
 // planner and the CLI list known_transports(). Unknown names throw UsageError listing the known ones.
-[[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name);
+[[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name,
+                                                            const TransportOptions& options = {});
+// Every registered name, negative controls included (they are wrong on purpose: see below).
 [[nodiscard]] std::vector<std::string> known_transports();
+// True for transports registered as negative controls (the planner and recommendations skip them).
+[[nodiscard]] bool is_negative_control_transport(const std::string& name);
+// known_transports() without the negative controls: what the planner prices.
+[[nodiscard]] std::vector<std::string> planned_transports();
+// True for the transports that take the `ulysses` option (hybrid).
+[[nodiscard]] bool takes_ulysses(const std::string& name);
 
 }  // namespace cpbench
