@@ -28,6 +28,8 @@ class A2aTransport final : public Transport {
     return head_split_reason(name(), cp, cp, q_heads, kv_heads);
   }
 
+  [[nodiscard]] int64_t head_parallel_degree(int64_t cp) const override { return cp; }
+
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     CP_CHECK(ctx.comm != nullptr, name(), ": AttentionContext.comm is null");

@@ -160,13 +160,42 @@ int64_t head_parallel_forward_bytes(const CallShape& c, int64_t ulysses) {
 CallTime head_parallel_time(const CallCostInputs& in, int64_t ulysses) {
   CallTime t;
   const RankPassTimes p = rank_pass_times(in);
-  // Heads split the whole sequence's work evenly: every rank computes the mean rank's share.
-  const double even = in.c_fwd_mean > 0 && in.c_fwd_max > 0 ? std::min(1.0, in.c_fwd_mean / in.c_fwd_max) : 1.0;
-  const double f = p.fwd_max * even, b = p.bwd_max * even;
+  // Compute per rank. A Ulysses group's U ranks share its U*S queries' work evenly over heads: each
+  // computes the mean of its members' work. With the whole row's even split (c_even_*: a2a computes
+  // exactly that), the most loaded group's mean work over the mean rank's scales it (hybrid with an
+  // unbalanced layout); without it, the per-rank times' group means.
+  const int64_t U = ulysses;
+  double f = p.fwd_max, b = p.bwd_max;
+  if (in.c_even_fwd > 0) {
+    double factor = 1;
+    if (U < in.cp && static_cast<int64_t>(in.rank_work.size()) == in.cp) {
+      double group = 0, total = 0;
+      for (int64_t g = 0; g < in.cp / U; ++g) {
+        double sum = 0;
+        for (int64_t u = 0; u < U; ++u) sum += in.rank_work[static_cast<size_t>(g * U + u)];
+        group = std::max(group, sum / static_cast<double>(U));
+        total += sum;
+      }
+      if (total > 0) factor = group / (total / static_cast<double>(in.cp));
+    }
+    f = in.c_even_fwd * factor;
+    b = (in.c_even_bwd > 0 ? in.c_even_bwd : kBackwardFactor * in.c_even_fwd) * factor;
+  } else if (static_cast<int64_t>(p.fwd.size()) == in.cp) {
+    f = b = 0;
+    for (int64_t g = 0; g < in.cp / U; ++g) {
+      double gf = 0, gb = 0;
+      for (int64_t u = 0; u < U; ++u) {
+        gf += p.fwd[static_cast<size_t>(g * U + u)];
+        gb += p.bwd[static_cast<size_t>(g * U + u)];
+      }
+      f = std::max(f, gf / static_cast<double>(U));
+      b = std::max(b, gb / static_cast<double>(U));
+    }
+  }
   t.forward_s = f;
   t.step_s = f + b;
   if (in.cp <= 1) return t;
-  const int64_t U = ulysses, R = in.cp / ulysses;
+  const int64_t R = in.cp / ulysses;
   const double a = in.latency_s, Bw = in.bandwidth;
   // The all-to-alls block the compute (nothing overlaps them): two per pass, U-1 messages each.
   const double a2a_bytes = in.call.head_dim > 0 ? static_cast<double>(head_parallel_a2a_bytes(in.call, U))
@@ -174,7 +203,8 @@ CallTime head_parallel_time(const CallCostInputs& in, int64_t ulysses) {
                                                 : 0.0;
   CP_CHECK(R == 1 || in.call.head_dim > 0, "hybrid time_per_call: the call's shape (CallCostInputs::call) is needed "
            "to split the bytes between the all-to-alls and the ring");
-  const double t_a2a = U > 1 ? 2.0 * static_cast<double>(U - 1) * a + a2a_bytes / Bw : 0.0;
+  const double Bg = in.group_bandwidth > 0 ? in.group_bandwidth : Bw;
+  const double t_a2a = U > 1 ? 2.0 * static_cast<double>(U - 1) * a + a2a_bytes / Bg : 0.0;
   double ring_f = 0, ring_b = 0, ring_transfer = 0;
   if (R > 1) {  // the ring transport's formula over R positions, each step one R-th of the compute
     const double hops = static_cast<double>(R - 1);

@@ -33,6 +33,8 @@ class HybridTransport final : public Transport {
     return head_split_reason(name(), cp, ulysses_, q_heads, kv_heads);
   }
 
+  [[nodiscard]] int64_t head_parallel_degree(int64_t /*cp*/) const override { return ulysses_; }
+
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     return head_parallel_attend(options(), q, k, v, ctx);

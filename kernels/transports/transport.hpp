@@ -94,9 +94,17 @@ struct CallCostInputs {
                                       // log-sum-exp, one per block); empty: 0
   std::span<const double> merge_bwd;  // s, each rank's backward accumulation passes (dQ, dK, dV); empty: 0
   double contention = 0;              // s of compute lost per s of link transfer that overlaps compute
-  // s, the forward compute averaged over all W ranks (0: c_fwd_max). The head-parallel transports
-  // (a2a, hybrid) split the whole sequence's work evenly over heads, whatever the layout's imbalance.
-  double c_fwd_mean = 0;
+  // s, one rank's forward / backward compute when the whole row's work is split evenly over heads:
+  // the unsharded row's time / W under the same kernel model (0: not given). a2a computes exactly that
+  // (every rank attends the whole sequence for H/W heads, whatever the layout's imbalance); hybrid
+  // falls back to it when c_fwd does not cover every rank.
+  double c_even_fwd = 0, c_even_bwd = 0;
+  // Every rank's attention work (visible pairs or priced block area; all W ranks, in rank order), or
+  // empty: hybrid scales the slowest rank's compute by its most loaded Ulysses group's mean work.
+  std::span<const double> rank_work;
+  // B/s of the link inside a group of TransportOptions::ulysses consecutive ranks (hybrid's all-to-all:
+  // one node when U <= GPUs per node while its ring crosses nodes); 0: `bandwidth`.
+  double group_bandwidth = 0;
   // The call's shape (the planner sets it; head_dim 0 = not given): the hybrid transport splits its
   // bytes between its all-to-alls and its ring with it.
   CallShape call;
@@ -144,6 +152,10 @@ class Transport {
   [[nodiscard]] virtual std::string unsupported_heads(int64_t /*cp*/, int64_t /*q_heads*/, int64_t /*kv_heads*/) const {
     return "";
   }
+  // How many consecutive ranks split their tokens' attention work evenly over heads (one all-to-all
+  // group): W for a2a, U for hybrid, 1 for the sequence-parallel transports. The planner averages the
+  // layout's per-rank attention FLOPs over such groups; the runner measures the same.
+  [[nodiscard]] virtual int64_t head_parallel_degree(int64_t /*cp*/) const { return 1; }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;
   // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by

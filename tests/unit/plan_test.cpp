@@ -479,16 +479,30 @@ TEST(PlanTransports, CasesUseEachTransportsOwnFormulas) {
     in.c_fwd = c_fwd;
     in.c_local = c_local;
     in.call = shape_of_call;
-    const double work_mean = std::accumulate(c_fwd.begin(), c_fwd.end(), 0.0) / static_cast<double>(c_fwd.size());
-    in.c_fwd_mean = work_mean;
+    if (c.ulysses > 0 && c.ulysses <= 8) in.group_bandwidth = r.cluster.intra_bandwidth;
+    // The whole row's work split evenly over W: the pairs kernel prices visible pairs alone.
+    const double all_pairs = std::accumulate(w.pairs.begin(), w.pairs.end(), 0.0);
+    in.c_even_fwd = unit * all_pairs / F / static_cast<double>(W);
+    in.c_even_bwd = kBackwardFactor * in.c_even_fwd;
+    std::vector<double> rank_work(w.pairs.begin(), w.pairs.end());
+    in.rank_work = rank_work;
     const CallTime ct = t->time_per_call(in);
     EXPECT_NEAR(c.predicted_step_s, static_cast<double>(L) * ct.step_s, 1e-12 * c.predicted_step_s);
     EXPECT_NEAR(c.exposed_comm_s, static_cast<double>(L) * ct.exposed_s, 1e-12 * c.predicted_step_s);
     EXPECT_NEAR(c.transfer_s, static_cast<double>(L) * ct.transfer_s, 1e-12 * c.predicted_step_s);
-    // The head-parallel transports split the whole sequence's work evenly over heads: the mean rank's.
-    const bool head_parallel = c.ulysses > 0 || c.transport == "a2a";
-    EXPECT_NEAR(c.compute_s, static_cast<double>(L) * kStepFactor * (head_parallel ? work_mean : in.c_fwd_max),
-                1e-12 * c.predicted_step_s);
+    // a2a splits the whole row's work evenly over heads; hybrid-u<U>: the most loaded Ulysses group's
+    // work over its U ranks; the others: the slowest rank's.
+    double want_c = in.c_fwd_max;
+    if (c.transport == "a2a") want_c = in.c_even_fwd;
+    if (c.ulysses > 0) {
+      want_c = 0;
+      for (int64_t g = 0; g < W / c.ulysses; ++g) {
+        double sum = 0;
+        for (int64_t u = 0; u < c.ulysses; ++u) sum += c_fwd[static_cast<size_t>(g * c.ulysses + u)];
+        want_c = std::max(want_c, sum / static_cast<double>(c.ulysses));
+      }
+    }
+    EXPECT_NEAR(c.compute_s, static_cast<double>(L) * kStepFactor * want_c, 1e-9 * c.predicted_step_s);
 
     ActivationShape shape;
     shape.cp = W;
@@ -855,7 +869,33 @@ TEST(PlanInputs, BadInputIsOneLineAndExitStatusTwo) {
 }
 
 TEST(PlanInputs, DoneWhenExample) {
+  // Since the head-parallel transports (issue 12) the example's best transport is hybrid (Ulysses
+  // inside a node, ring across nodes); the layout stays load-balanced.
   const CommandResult res = run_cpbench("plan --model llama3-8b --seq-len 131072 --cp 8,16,64");
   EXPECT_EQ(res.status, 0) << res.output;
-  EXPECT_NE(res.output.find("recommendation: load_balanced + ring"), std::string::npos) << res.output;
+  EXPECT_NE(res.output.find("recommendation: load_balanced + hybrid"), std::string::npos) << res.output;
+}
+
+// a2a wins where it should: many heads and short local sequences inside one node (its all-to-alls
+// move O(S/W) per rank and every rank computes an even share, while the ring moves every K/V block).
+// Where the heads do not split over W it is not planned, and the note says why.
+TEST(PlanHeadParallel, A2aWinsWithManyHeadsAndShortLocalSequences) {
+  plan::PlanRequest r = request("llama3-8b", 16384, {8});
+  const plan::Plan p = plan::make_plan(r);
+  ASSERT_FALSE(p.recommendation.per_cp.empty());
+  EXPECT_EQ(p.recommendation.per_cp[0].transport, "a2a");
+  EXPECT_LT(find_case(p, "load_balanced", "a2a", 8).predicted_step_s,
+            find_case(p, "load_balanced", "ring", 8).predicted_step_s);
+  // a2a evens the work out over heads whatever the layout: contiguous is no longer imbalanced.
+  EXPECT_DOUBLE_EQ(find_case(p, "contiguous", "a2a", 8).imbalance, 1.0);
+  EXPECT_GT(find_case(p, "contiguous", "ring", 8).imbalance, 1.5);
+
+  plan::PlanRequest q = request("llama3-8b", 16384, {64});  // 32 heads do not split over 64 ranks
+  const plan::Plan pq = plan::make_plan(q);
+  for (const auto& c : pq.cases) EXPECT_NE(c.transport, "a2a");
+  bool noted = false;
+  for (const auto& n : pq.notes) noted = noted || n.find("32 query heads are not divisible by") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // hybrid is planned for the Ulysses degrees that divide both W and the heads.
+  EXPECT_EQ(find_case(pq, "load_balanced", "hybrid-u8", 64).ulysses, 8);
 }
