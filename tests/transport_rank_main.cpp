@@ -574,6 +574,9 @@ void planted_mode(const comm::Communicator& c) {
     const Result honest = run_transport(*t, c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, {local, all, mask});
     const double ok_err = worst_error(honest, ref, own, tolerance(at::kDouble), tn + " honest", true);
     for (const auto& p : plants) {
+      // A head-parallel transport reads its queries' metadata from ctx.all too: shifting every
+      // position of ctx.all by one shifts queries and keys alike, which no mask can see.
+      if (inst.head_parallel && p.name == "key positions off by one") continue;
       const Result res = run_transport(*t, c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, p.feed);
       const double err = worst_error(res, ref, own, tolerance(at::kDouble), tn + " " + p.name, false);
       if (!(err > 1e3 * tolerance(at::kDouble)))

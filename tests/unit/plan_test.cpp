@@ -880,10 +880,15 @@ TEST(PlanInputs, DoneWhenExample) {
 // move O(S/W) per rank and every rank computes an even share, while the ring moves every K/V block).
 // Where the heads do not split over W it is not planned, and the note says why.
 TEST(PlanHeadParallel, A2aWinsWithManyHeadsAndShortLocalSequences) {
-  plan::PlanRequest r = request("llama3-8b", 16384, {8});
+  plan::PlanRequest r = request("llama3-8b", 131072, {8});
+  r.cluster = plan::cluster_preset("h100-ib400");
   const plan::Plan p = plan::make_plan(r);
   ASSERT_FALSE(p.recommendation.per_cp.empty());
   EXPECT_EQ(p.recommendation.per_cp[0].transport, "a2a");
+  // Shorter local sequences: a head-parallel transport (a2a or hybrid) still ranks first.
+  const plan::Plan shorter = plan::make_plan(request("llama3-8b", 16384, {8}));
+  const std::string best = shorter.recommendation.per_cp[0].transport;
+  EXPECT_TRUE(best == "a2a" || best.rfind("hybrid-u", 0) == 0) << best;
   EXPECT_LT(find_case(p, "load_balanced", "a2a", 8).predicted_step_s,
             find_case(p, "load_balanced", "ring", 8).predicted_step_s);
   // a2a evens the work out over heads whatever the layout: contiguous is no longer imbalanced.
