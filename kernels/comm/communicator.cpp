@@ -58,7 +58,8 @@ at::Tensor Communicator::all_to_all(const at::Tensor& local, const std::vector<i
   }
   CP_CHECK(member, "all_to_all: rank ", rank_, " is not in its own group");
   if (!backend_ || P == 1) return local.contiguous().clone();
-  at::Tensor in = staged(local).contiguous();
+  // Gloo moves host memory only: device tensors (ranks sharing a GPU) are staged through the host.
+  at::Tensor in = is_gloo() ? local.to(at::kCPU).contiguous() : staged(local).contiguous();
   at::Tensor out = at::empty_like(in);
   // Split sizes in rows of dim 0, per rank of the communicator: n for the group, 0 elsewhere.
   const int64_t n = in.size(0) / P;

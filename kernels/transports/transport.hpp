@@ -189,7 +189,12 @@ class Transport {
 //   ring       kernels/transports/ring.cpp       K/V blocks travel around the ring (double-buffered send/recv posted
 //                                     before each block's maths); backward sends K/V round again and
 //                                     dK/dV travel with their block back to its owner.
-// Both skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
+//   a2a        kernels/transports/a2a.cpp        Ulysses: all-to-all to head-sharded [B, H/W, W*S, D], whole-sequence
+//                                     attention (one block), all-to-all back (head_parallel.hpp).
+//   hybrid     kernels/transports/hybrid.cpp     Ulysses x ring: all-to-all inside groups of U consecutive ranks, the
+//                                     ring code across the W/U groups, all-to-all back.
+//   a2a_rank_order (a2a_rank_order.cpp): negative control, a2a with rank order taken for global order.
+// All skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
 //
 // Cost formulas, with kv = 2*B*Hkv*S*D*element_size, dkv the same in the accumulation dtype (element
 // size max(4, element_size)), a = latency, Bw = bandwidth, c = c_fwd_max, per call:
@@ -202,6 +207,13 @@ class Transport {
 //   with f_r = c_fwd_r + merge_fwd_r, b_r = c_bwd_r + merge_bwd_r (defaults: c_r and 2.5 c_r), f and b
 //   their maxima over ranks, w = contention (0 by default: the formulas of a pure pairs model)
 //   peak activation     allgather layers*(W-1)*kv + W*dkv         ring 2*kv + 2*dkv
+// Head-parallel (U = W for a2a, R = W/U ring positions, Hk = lcm(Hkv, U) replicated kv heads, kv' and
+// dkv' the blocks above with Hk, A = (U-1)/U * B*S*D*e * 2*(Hq + Hk) one pass's two all-to-alls):
+//   bytes 2A + (R-1)(2 kv' + dkv'); forward A + (R-1) kv'
+//   step_s  f + b + 2 T_a2a + the ring's exposure over R positions, T_a2a = 2 (U-1) a + A / Bw_group,
+//           f, b: a2a the even split (c_even_*), hybrid that scaled by its most loaded group (rank_work)
+//   peak activation  layers*(S*D*(Hq + 2Hk)*e + S*D*Hq*max(4,e) + 4*S*Hq)*B + 2*B*S*D*(Hq + 2Hk)*e
+//           (+ 2 kv' + 2 dkv' when R > 1)
 //
 // Registry (kernels/transports/registry.cpp): a transport is one file here plus one line there; the
 // planner and the CLI list known_transports(). Unknown names throw UsageError listing the known ones.
