@@ -389,10 +389,31 @@ void check_all_gather_autograd(const comm::Communicator& c) {
   }
 }
 
+// Every transport this build registers, as configured instances for a CP group of W: the negative
+// controls left out, hybrid once per Ulysses degree 1 < U < W dividing W ("hybrid-u2").
+struct Instance {
+  std::string name;
+  std::shared_ptr<const Transport> t;
+  bool head_parallel = false;  // splits heads over an all-to-all: its own block order and merge
+};
+std::vector<Instance> instances(int W) {
+  std::vector<Instance> v;
+  for (const auto& n : known_transports()) {
+    if (is_negative_control_transport(n)) continue;
+    if (takes_ulysses(n)) {
+      for (int u = 2; u < W; ++u)
+        if (W % u == 0) v.push_back({n + "-u" + std::to_string(u), make_transport(n, TransportOptions{u}), true});
+    } else {
+      v.push_back({n, make_transport(n), n == "a2a"});
+    }
+  }
+  return v;
+}
+
 void check_mode(const comm::Communicator& c) {
   const int W = c.size(), r = c.rank();
   check_all_gather_autograd(c);
-  const auto transports = known_transports();
+  const auto transports = instances(W);
   uint64_t seed = 1234;
   for (const Situation& s : situations()) {
     const Global g = make_global(s, W);
@@ -407,10 +428,15 @@ void check_mode(const comm::Communicator& c) {
       const Reference ref = reference(s, g, mask, dtype, in.q, in.k, in.v, in.grad);
       const at::Tensor dead_rows = ref.mask.any(-1).logical_not();  // [B, P]: queries with no visible key
       at::Tensor first_out;
-      for (const auto& tn : transports) {
-        const auto t = make_transport(tn);
+      for (const auto& inst : transports) {
+        const auto& t = inst.t;
+        const std::string& tn = inst.name;
         const std::string label = s.name + " " + std::string(c10::toString(dtype)) + " " + tn + " W=" +
                                   std::to_string(W);
+        if (const std::string heads = t->unsupported_heads(W, s.q_heads, s.kv_heads); !heads.empty()) {
+          if (r == 0) std::cout << "skip " << label << ": " << heads << "\n";
+          continue;
+        }
         const std::string why = t->unsupported_reason(mask, at::TensorOptions().dtype(dtype), W);
         if (!why.empty()) {
           fail(label + ": unexpectedly unsupported: " + why);
@@ -428,25 +454,36 @@ void check_mode(const comm::Communicator& c) {
         if (!res.dq.masked_select(dead).eq(0).all().item<bool>()) fail(label + ": dq of fully masked rows is not 0");
         // Stats: bytes match the formula, visible pairs add up to the global mask's, FLOPs follow.
         const int64_t esize = static_cast<int64_t>(c10::elementSize(dtype));
-        const int64_t want_bytes = t->bytes_per_call(W, s.batch, s.kv_heads, g.P / W, s.head_dim, esize);
+        const int64_t want_bytes =
+            t->bytes_per_call(CallShape{W, s.batch, s.q_heads, s.kv_heads, g.P / W, s.head_dim, esize});
         if (res.stats.bytes_sent != want_bytes)
           fail(label + ": bytes_sent " + std::to_string(res.stats.bytes_sent) + " != bytes_per_call " +
                std::to_string(want_bytes));
+        // Sequence-parallel transports: each rank's queries' pairs, for all heads; head-parallel ones:
+        // the pairs of its Ulysses group's queries for its H/U heads. Either way the FLOPs sum to the
+        // global mask's pairs x 4 D Hq.
         at::Tensor vis = at::full({1}, res.stats.visible_pairs, at::kLong);
+        at::Tensor flops = at::full({1}, res.stats.flops, at::kDouble);
         c.all_reduce_sum(vis);
+        c.all_reduce_sum(flops);
         const int64_t want_vis = ref.mask.sum().item<int64_t>();
-        if (vis.item<int64_t>() != want_vis)
+        if (!inst.head_parallel && vis.item<int64_t>() != want_vis)
           fail(label + ": visible pairs summed over ranks " + std::to_string(vis.item<int64_t>()) + " != " +
                std::to_string(want_vis));
+        if (flops.item<double>() != 4.0 * s.head_dim * s.q_heads * static_cast<double>(want_vis))
+          fail(label + ": FLOPs summed over ranks " + num(flops.item<double>()) + " != 4 D Hq x the mask's pairs");
         const double want_flops = 4.0 * s.head_dim * s.q_heads * static_cast<double>(res.stats.visible_pairs);
-        if (res.stats.calls != 1 || res.stats.flops != want_flops) fail(label + ": calls/flops wrong");
+        if (res.stats.calls != 1 || (!inst.head_parallel && res.stats.flops != want_flops))
+          fail(label + ": calls/flops wrong");
         if (res.stats.compute_seconds <= 0) fail(label + ": compute_seconds not recorded");
         if (W > 1 && res.stats.comm_seconds <= 0) fail(label + ": comm_seconds not recorded");
-        // Same block kernel, same merge order: the transports differ only in how K/V move.
-        if (!first_out.defined()) {
+        // Same block kernel, same merge order: the sequence-parallel transports differ only in how K/V
+        // move (the head-parallel ones merge other blocks; the tolerance above judges them).
+        if (inst.head_parallel) {
+        } else if (!first_out.defined()) {
           first_out = res.local_out;
         } else if (!at::equal(first_out, res.local_out)) {
-          fail(label + ": output differs bitwise from " + transports.front() + "'s");
+          fail(label + ": output differs bitwise from " + transports.front().name + "'s");
         }
         if (r == 0)
           std::cout << "ok " << label << " err " << err << " (tol " << tolerance(dtype) << ") bytes "
@@ -454,6 +491,36 @@ void check_mode(const comm::Communicator& c) {
       }
     }
   }
+}
+
+// The all-to-all's negative control: a2a_rank_order takes the gathered sequence's rank order for the
+// global order. With a head-tail layout that is wrong and must be caught; honest a2a passes. Heads
+// that split over every W <= 4: 12 query heads, 2 kv heads (replicated at W = 3 and 4).
+void planted_rank_order(const comm::Communicator& c) {
+  const int W = c.size(), r = c.rank();
+  Situation s;
+  s.name = "head_tail/causal";
+  s.layout = "head_tail";
+  s.mask = "causal";
+  s.q_heads = 12;
+  const Global g = make_global(s, W);
+  const MaskSpec mask = MaskSpec::parse(s.mask);
+  const Inputs in = make_inputs(s, g, 77);
+  const Reference ref = reference(s, g, mask, at::kDouble, in.q, in.k, in.v, in.grad);
+  const auto own = owners(g);
+  std::vector<int64_t> order;
+  for (const auto& rk : g.ranks) order.insert(order.end(), rk.begin(), rk.end());
+  const Feed feed{select(g.meta, i64(g.ranks[static_cast<size_t>(r)])), select(g.meta, i64(order)), mask};
+  const Result honest = run_transport(*make_transport("a2a"), c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, feed);
+  const double ok_err = worst_error(honest, ref, own, tolerance(at::kDouble), "a2a honest", true);
+  const Result bad =
+      run_transport(*make_transport("a2a_rank_order"), c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, feed);
+  const double err = worst_error(bad, ref, own, tolerance(at::kDouble), "a2a_rank_order", false);
+  if (!(err > 1e3 * tolerance(at::kDouble)))
+    fail("a2a_rank_order: the rank-order positions were not caught (relative error " + num(err) + ")");
+  else if (r == 0)
+    std::cout << "caught a2a_rank_order: gathered rank order taken for global order (error " << err << ", honest a2a "
+              << ok_err << ")\n";
 }
 
 // Each planted bug must push the error far beyond the tolerance, for every transport.
@@ -499,12 +566,17 @@ void planted_mode(const comm::Communicator& c) {
     shifted.pos = all.pos + 1;  // every key one position later than it is: the diagonal disappears
     plants.push_back({"key positions off by one", {local, shifted, mask}});
   }
-  for (const auto& tn : known_transports()) {
-    const auto t = make_transport(tn);
+  for (const auto& inst : instances(W)) {
+    const auto& t = inst.t;
+    const std::string& tn = inst.name;
+    if (!t->unsupported_heads(W, s.q_heads, s.kv_heads).empty()) continue;
     // The honest run passes, so a failure below is the plant's doing.
     const Result honest = run_transport(*t, c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, {local, all, mask});
     const double ok_err = worst_error(honest, ref, own, tolerance(at::kDouble), tn + " honest", true);
     for (const auto& p : plants) {
+      // A head-parallel transport reads its queries' metadata from ctx.all too: shifting every
+      // position of ctx.all by one shifts queries and keys alike, which no mask can see.
+      if (inst.head_parallel && p.name == "key positions off by one") continue;
       const Result res = run_transport(*t, c, s, g, at::kDouble, in.q, in.k, in.v, in.grad, p.feed);
       const double err = worst_error(res, ref, own, tolerance(at::kDouble), tn + " " + p.name, false);
       if (!(err > 1e3 * tolerance(at::kDouble)))
@@ -513,6 +585,7 @@ void planted_mode(const comm::Communicator& c) {
         std::cout << "caught " << tn << ": " << p.name << " (error " << err << ", honest " << ok_err << ")\n";
     }
   }
+  planted_rank_order(c);
 }
 
 }  // namespace

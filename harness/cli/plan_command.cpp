@@ -38,8 +38,10 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--sharders", o.sharders, "layouts to compare (default: every layout, without sdpa_wrap (load_balanced's layout) and the negative controls)")
       ->delimiter(',');
   std::string transports;
-  for (const auto& t : known_transports()) transports += (transports.empty() ? "" : ", ") + t;
-  cmd.add_option("--transports", o.transports, transports + " (default: all)")->delimiter(',');
+  for (const auto& t : planned_transports()) transports += (transports.empty() ? "" : ", ") + t;
+  cmd.add_option("--transports", o.transports,
+                 transports + " (default: all; hybrid is planned for every Ulysses degree 1 < U < W dividing W)")
+      ->delimiter(',');
   cmd.add_option("--kernel", o.kernel,
                  "fitted (the cluster's kernel model, block by block; default), pairs (time ~ visible pairs, no "
                  "overheads) or blocks (cpbench's CPU transports)");

@@ -43,6 +43,9 @@ Calibration calibrate(const Report& report) {
     if (!slowest || slowest->bytes_sent <= 0 || cp_text.empty() || dtype.empty()) continue;
     // Results of a transport this build does not register (an older or newer report) have no formula.
     if (std::find(known.begin(), known.end(), transport) == known.end()) continue;
+    // hybrid's time formula needs the case's heads to split its bytes between all-to-all and ring,
+    // which reports do not record; its results inform the FLOP/s fit only.
+    if (takes_ulysses(transport)) continue;
     int64_t W = 0, e = 0;
     try {
       W = std::stoll(cp_text);
@@ -53,8 +56,10 @@ Calibration calibrate(const Report& report) {
     if (W < 2) continue;
     // The measured bytes split as the transport's own formula splits them: its forward share.
     const auto t = make_transport(transport);
-    const double total_unit = static_cast<double>(t->bytes_per_call(W, 1, 1, 1, 1, e));
-    const double fwd_share = static_cast<double>(t->forward_bytes_per_call(W, 1, 1, 1, 1, e)) / total_unit;
+    // A unit call whose heads every transport can split over W (q_heads = kv_heads = W).
+    const CallShape unit{W, 1, W, W, 1, 1, e};
+    const double total_unit = static_cast<double>(t->bytes_per_call(unit));
+    const double fwd_share = static_cast<double>(t->forward_bytes_per_call(unit)) / total_unit;
     comm.push_back({t, W, slowest->bytes_sent * fwd_share, slowest->bytes_sent * (1 - fwd_share),
                     slowest->attention_s / kStepFactor, slowest->comm_s});
   }

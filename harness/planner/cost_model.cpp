@@ -29,6 +29,7 @@ int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, in
   ActivationShape shape;
   shape.cp = cp;
   shape.layers = m.layers;
+  shape.q_heads = m.heads;
   shape.kv_heads = m.kv_heads;
   shape.local_tokens = local_tokens;
   shape.head_dim = m.head_dim;
@@ -116,26 +117,33 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   return w;
 }
 
-double unsharded_time(const PlanRequest& r, int64_t row_pairs) {
+RowPassTimes row_pass_times(const PlanRequest& r, int64_t row_pairs, int64_t row_len) {
   const ModelShape& m = r.model;
-  const double L = static_cast<double>(m.layers), F = r.cluster.attention_flops;
+  const double F = r.cluster.attention_flops;
   const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);
-  const double pass = r.pass == Pass::train ? kStepFactor : 1.0;
-  if (r.kernel != Kernel::fitted) return L * pass * unit * static_cast<double>(row_pairs) / F;
+  if (r.kernel != Kernel::fitted) {
+    const double f = unit * static_cast<double>(row_pairs) / F;
+    return {f, kBackwardFactor * f};
+  }
   mask_area::BlockArea row;
   row.pairs = row_pairs;
-  row.rows = row.keys = r.seq_len;
-  const KernelModel& k = r.cluster.kernel;
+  row.rows = row.keys = row_len;
   const HeadShape h{m.heads, m.kv_heads, m.head_dim};
-  const RankKernelTime t = rank_kernel_time(k, F, h, {row}, -1);
-  return L * (r.pass == Pass::train ? t.fwd + t.bwd : t.fwd);
+  const RankKernelTime t = rank_kernel_time(r.cluster.kernel, F, h, {row}, -1);
+  return {t.fwd, t.bwd};
+}
+
+double unsharded_time(const PlanRequest& r, int64_t row_pairs) {
+  const RowPassTimes t = row_pass_times(r, row_pairs, r.seq_len);
+  return static_cast<double>(r.model.layers) * (r.pass == Pass::train ? t.fwd + t.bwd : t.fwd);
 }
 
 PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w, const std::string& sharder,
-                   const std::string& transport, int64_t W, double ideal_s) {
+                   const std::string& transport, int64_t W, double ideal_s, int64_t ulysses) {
   PlanCase c;
   c.sharder = sharder;
-  c.transport = transport;
+  c.transport = ulysses > 0 ? transport + "-u" + std::to_string(ulysses) : transport;
+  c.ulysses = ulysses;
   c.cp = W;
   c.ideal_s = ideal_s;
   const ModelShape& m = r.model;
@@ -149,6 +157,16 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   for (size_t i = 0; i < w.pairs.size(); ++i) {
     c.attention_flops_per_rank.push_back(L * unit * static_cast<double>(w.pairs[i]));
     work[i] = r.kernel == Kernel::blocks ? static_cast<double>(w.blocks[i]) * s2 : static_cast<double>(w.pairs[i]);
+  }
+  // A head-parallel transport's all-to-all group (consecutive ranks) splits its tokens' work evenly.
+  const auto transport_of_case = make_transport(transport, TransportOptions{ulysses});
+  const int64_t hp = transport_of_case->head_parallel_degree(W);
+  if (hp > 1) {
+    for (size_t g = 0; g + static_cast<size_t>(hp) <= c.attention_flops_per_rank.size(); g += static_cast<size_t>(hp)) {
+      const auto first = c.attention_flops_per_rank.begin() + static_cast<std::ptrdiff_t>(g);
+      const double mean = std::accumulate(first, first + hp, 0.0) / static_cast<double>(hp);
+      std::fill(first, first + hp, mean);
+    }
   }
   c.imbalance = max_over_mean(c.attention_flops_per_rank);
 
@@ -180,10 +198,11 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
 
   // Bytes, time and the transport's own memory are the transport's formulas; the planner only feeds
   // them this case's shapes, link and compute.
-  const auto t = make_transport(transport);
+  const auto& t = transport_of_case;
   const int64_t e = element_size;
-  const int64_t call_bytes = t->bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
-  const int64_t fwd_bytes = t->forward_bytes_per_call(W, 1, m.kv_heads, w.s, m.head_dim, e);
+  const CallShape call{W, 1, m.heads, m.kv_heads, w.s, m.head_dim, e};
+  const int64_t call_bytes = t->bytes_per_call(call);
+  const int64_t fwd_bytes = t->forward_bytes_per_call(call);
   CP_CHECK(fwd_bytes >= 0 && call_bytes >= fwd_bytes, "planner: transport ", transport, " reports ", call_bytes,
            " bytes per call, less than its forward traffic ", fwd_bytes);
   CallCostInputs in;
@@ -198,6 +217,19 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   in.c_bwd = c_bwd;
   in.merge_fwd = merge_fwd;
   in.merge_bwd = merge_bwd;
+  in.call = call;
+  in.rank_work = work;
+  // A Ulysses group of consecutive ranks stays on one node when it fits there.
+  if (ulysses > 0 && ulysses <= r.cluster.gpus_per_node) in.group_bandwidth = r.cluster.intra_bandwidth;
+  // The whole padded row's work split evenly over W (what a head-parallel transport gives each rank):
+  // one block of P x P with every rank's visible pairs.
+  {
+    int64_t pairs = 0;
+    for (int64_t p : w.pairs) pairs += p;
+    const RowPassTimes row = row_pass_times(r, pairs, w.P);
+    in.c_even_fwd = row.fwd / static_cast<double>(W);
+    in.c_even_bwd = row.bwd / static_cast<double>(W);
+  }
   if (r.kernel == Kernel::fitted) in.contention = r.cluster.kernel.contention;
   const CallTime ct = t->time_per_call(in);
   const bool train = r.pass == Pass::train;

@@ -69,12 +69,21 @@ class StreamCache {
 // priced as one block of seq_len rows and keys (a causal row of one document is a triangle, a full row
 // dense, any other row masked).
 [[nodiscard]] double unsharded_time(const PlanRequest& r, int64_t row_pairs);
+// One attention call (one layer) over one block of row_len x row_len with row_pairs visible pairs, all
+// heads, under the request's kernel model: forward and backward seconds.
+struct RowPassTimes {
+  double fwd = 0, bwd = 0;
+};
+[[nodiscard]] RowPassTimes row_pass_times(const PlanRequest& r, int64_t row_pairs, int64_t row_len);
 
 // One case: `sharder`'s work `w` at W moved and timed by `transport` (a registered name), for the
 // request's model, cluster, kernel model and pass; element_size = bytes per K/V element of the request's
 // dtype; ideal_s = the unsharded step time / W. Leaves `rank` at 0 (the recommendation ranks).
+// `ulysses`: hybrid's Ulysses degree (0 for the other transports); the case's transport then reads
+// "hybrid-u<N>".
 [[nodiscard]] PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w,
-                                 const std::string& sharder, const std::string& transport, int64_t W, double ideal_s);
+                                 const std::string& sharder, const std::string& transport, int64_t W, double ideal_s,
+                                 int64_t ulysses = 0);
 
 // The exposed-communication estimate of one attention call by `transport` (a registered name; unknown:
 // UsageError listing the known ones): its time_per_call with the slowest rank's forward compute

@@ -42,6 +42,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   json cases = json::array();
   for (const auto& c : plan.cases) {
     json k = {{"sharder", c.sharder}, {"transport", c.transport}, {"cp", c.cp}};
+    if (c.ulysses > 0) k["ulysses"] = c.ulysses;
     k["rank"] = c.rank;
     k["imbalance"] = c.imbalance;
     k["compute_imbalance"] = c.compute_imbalance;

@@ -61,8 +61,8 @@ Resolved validate(PlanRequest& r) {
   r.sharders = canonical;
   // Every registered transport brings its bytes, time and memory formulas (the Transport interface),
   // so whatever the registry knows can be planned, and nothing else.
-  if (r.transports.empty()) r.transports = known_transports();
-  for (const auto& t : r.transports) (void)make_transport(t);  // UsageError listing the known ones
+  if (r.transports.empty()) r.transports = planned_transports();
+  for (const auto& t : r.transports) (void)takes_ulysses(t);  // UsageError listing the known ones
   return res;
 }
 
@@ -88,9 +88,27 @@ Plan make_plan(const PlanRequest& request) {
     for (const auto& sharder : r.sharders) {
       const auto layout = make_layout(sharder);
       const LayoutWork w = layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache);
-      for (const auto& transport : r.transports)
-        plan.cases.push_back(
-            make_case(r, res.element_size, w, sharder, transport, W, total_time / static_cast<double>(W)));
+      for (const auto& transport : r.transports) {
+        // hybrid: every proper Ulysses degree of W (U = W is a2a, U = 1 the ring).
+        std::vector<int64_t> degrees{0};
+        if (takes_ulysses(transport)) {
+          degrees.clear();
+          for (int64_t u = 2; u < W; ++u)
+            if (W % u == 0) degrees.push_back(u);
+        }
+        for (int64_t u : degrees) {
+          // The head-parallel transports split the heads: a model whose heads do not split is not planned.
+          const std::string why =
+              make_transport(transport, TransportOptions{u})->unsupported_heads(W, m.heads, m.kv_heads);
+          if (!why.empty()) {
+            const std::string note = "not planned at cp=" + std::to_string(W) + ": " + why;
+            if (std::find(plan.notes.begin(), plan.notes.end(), note) == plan.notes.end()) plan.notes.push_back(note);
+            continue;
+          }
+          plan.cases.push_back(
+              make_case(r, res.element_size, w, sharder, transport, W, total_time / static_cast<double>(W), u));
+        }
+      }
     }
   }
   if (res.mask.kind == MaskSpec::Kind::document && r.doc_lens.empty())

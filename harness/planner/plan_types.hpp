@@ -19,13 +19,16 @@ struct PlanRequest {
   Cluster cluster;
   std::vector<int64_t> cps;             // W values, each >= 1
   std::vector<std::string> sharders;    // empty = every registered layout except local_only and sdpa_wrap
-  std::vector<std::string> transports;  // empty = every registered transport (known_transports())
+  std::vector<std::string> transports;  // empty = every registered transport but the negative controls
+                                        // (planned_transports()); hybrid is planned for every Ulysses
+                                        // degree 1 < U < W that divides W
   Kernel kernel = Kernel::fitted;
   Pass pass = Pass::train;  // what predicted_step_s, ideal_s and efficiency cover
 };
 
 struct PlanCase {
-  std::string sharder, transport;
+  std::string sharder, transport;  // transport: the registry name; hybrid: "hybrid-u<ulysses>"
+  int64_t ulysses = 0;             // hybrid's Ulysses degree, 0 for the other transports
   int64_t cp = 1;
   int64_t padded_seq_len = 0, local_tokens = 0;
   std::vector<double> attention_flops_per_rank;  // forward, all layers, per step (what the runner reports)

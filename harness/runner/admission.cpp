@@ -143,11 +143,12 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
     shape.kv_heads = md.kv_heads;
     shape.head_dim = md.head_dim();
     const auto sl_i = static_cast<int64_t>(sl), e_i = static_cast<int64_t>(e);
+    const auto transport = make_transport(c.transport, c.transport_options());
     add("attention activations (planner)", tokens,
-        B * static_cast<double>(plan::attention_activation_bytes(shape, sl_i, c.cp, e_i, c.transport)));
+        B * static_cast<double>(plan::attention_activation_bytes(shape, sl_i, c.cp, e_i, *transport)));
     add("communication buffers", tokens,
-        static_cast<double>(make_transport(c.transport)
-                                ->bytes_per_call(c.cp, s.batch.batch_size, md.kv_heads, sl_i, md.head_dim(), e_i)));
+        static_cast<double>(transport->bytes_per_call(
+            CallShape{c.cp, s.batch.batch_size, md.heads, md.kv_heads, sl_i, md.head_dim(), e_i})));
   } else {
     add("attention activations and communication", tokens, B * attention_guess);
   }

@@ -28,7 +28,7 @@
 //                for the backward plus the transport's buffers) + L B s (3F + 4H) e (norms, MLP)
 //                + 3 B Hq s^2 max(4, e) (one block's scores) + 3 B s V e + 2 B S V e (local logits
 //                and their gradient, logits gathered for the check)
-//   comm         the transport's bytes_per_call(W, B, Hkv, s, D, e) (staging for one attention call)
+//   comm         the transport's bytes_per_call(W, B, Hq, Hkv, s, D, e) (staging for one attention call)
 // device: cuda cases count the runtime only (their tensors live on the GPU).
 #include <cstdint>
 #include <string>

@@ -36,6 +36,7 @@ RunResult result_skeleton(const ScenarioSpec& s, const CaseSpec& c) {
   r.axes = {{"sharder", c.sharder},        {"transport", c.transport}, {"cp", std::to_string(c.cp)},
             {"dp", std::to_string(c.dp)},  {"mask", c.mask.to_string()}, {"dtype", dtype_name(c.dtype)},
             {"device", to_string(s.device)}};
+  if (c.ulysses > 0) r.axes["ulysses"] = std::to_string(c.ulysses);
   return r;
 }
 
@@ -51,7 +52,7 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
     if (c.cp == 1) return "the ssm_rank_order negative control cannot differ from the reference at cp=1";
   }
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
-  const std::string why = make_transport(c.transport)->unsupported_reason(c.mask, opts, c.cp);
+  const std::string why = make_transport(c.transport, c.transport_options())->unsupported_reason(c.mask, opts, c.cp);
   if (!why.empty()) return c.transport + ": " + why;
   return "";
 }
@@ -176,7 +177,7 @@ void setup_case(CaseContext& x, RankRuntime& rt) {
   x.model = TinyTransformer(x.s.model, c.dtype, x.device);
   x.layout = make_layout(c.sharder);
   x.routing = attention_routing(c.sharder);
-  x.transport = make_transport(c.transport);
+  x.transport = make_transport(c.transport, c.transport_options());
   x.scale = 1.0 / std::sqrt(static_cast<double>(x.s.model.head_dim()));
   x.nvtx = nvtx::prefix(c.sharder);
   for (const auto& p : x.model->named_parameters()) x.params.emplace_back(p.key(), p.value());
@@ -349,7 +350,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, Outputs* check, RankTi
     // Block plans for the whole step, from the metadata on the host (one copy from the device under
     // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
     if (x.routing != AttentionRouting::local_only)
-      plans = make_plan_cache(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
+      plans = x.transport->make_plans(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
     // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
     // resets, once per step.
     if (x.s.model.has_ssm())

@@ -37,8 +37,9 @@ std::string dtype_name(at::ScalarType dtype) {
 }
 
 std::string CaseSpec::name() const {
+  const std::string t = ulysses > 0 ? transport + "-u" + std::to_string(ulysses) : transport;
   std::string n =
-      sharder + "/" + transport + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
+      sharder + "/" + t + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
   return n;
 }
@@ -163,11 +164,11 @@ std::vector<int64_t> read_int_list(const Ctx& c, const YAML::Node& n, const std:
 
 struct Axes {
   std::vector<std::string> sharder, transport, mask, dtype, expect;
-  std::vector<int64_t> cp, dp;
+  std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
 };
 
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  check_keys(c, n, path, {"sharder", "transport", "cp", "dp", "mask", "dtype", "expect"});
+  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect"});
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
@@ -179,7 +180,7 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   };
   auto transport_ok = [&](const std::string& p, const std::string& v) {
     try {
-      (void)make_transport(v);
+      (void)takes_ulysses(v);  // UsageError listing the known transports
     } catch (const UsageError& e) {
       c.fail(p, e.what());
     }
@@ -208,6 +209,7 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   if (n["expect"]) a.expect = read_str_list(c, n["expect"], sub("expect"), expect_ok);
   if (n["cp"]) a.cp = read_int_list(c, n["cp"], sub("cp"), 1);
   if (n["dp"]) a.dp = read_int_list(c, n["dp"], sub("dp"), 1);
+  if (n["ulysses"]) a.ulysses = read_int_list(c, n["ulysses"], sub("ulysses"), 1);
   return a;
 }
 
@@ -374,10 +376,26 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   }
 
   std::set<std::string> seen;
-  for (const auto& a : blocks)
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const Axes& a = blocks[bi];
+    const std::string where = root["sweep"] && root["sweep"].IsSequence() ? "sweep[" + std::to_string(bi) + "]" : "sweep";
     for (const auto& sh : a.sharder)
-      for (const auto& tr : a.transport)
-        for (auto cp : a.cp)
+      for (const auto& tr : a.transport) {
+        // Only hybrid takes a Ulysses degree; the axis is ignored for the others (one case each).
+        std::vector<int64_t> uls{0};
+        if (takes_ulysses(tr)) {
+          if (a.ulysses.empty())
+            c.fail(where + ".ulysses", "transport " + tr + " needs the Ulysses degree (ulysses: N, N divides cp)");
+          uls = a.ulysses;
+        }
+        for (auto ul : uls)
+        for (auto cp : a.cp) {
+          // Head-parallel transports split the heads: a combination that cannot is a scenario error.
+          const std::string why =
+              make_transport(tr, TransportOptions{ul})->unsupported_heads(cp, s.model.heads, s.model.kv_heads);
+          if (!why.empty()) c.fail(where, "cp " + std::to_string(cp) + ": " + why + " (model.heads " +
+                                              std::to_string(s.model.heads) + ", model.kv_heads " +
+                                              std::to_string(s.model.kv_heads) + ")");
           for (auto dp : a.dp)
             for (const auto& mk : a.mask)
               for (const auto& dt : a.dtype)
@@ -385,6 +403,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   CaseSpec cs;
                   cs.sharder = make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
+                  cs.ulysses = ul;
                   cs.cp = cp;
                   cs.dp = dp;
                   cs.mask = MaskSpec::parse(mk);
@@ -399,6 +418,9 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.index = static_cast<int64_t>(s.cases.size());
                   s.cases.push_back(cs);
                 }
+        }
+      }
+  }
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include "harness/model/data.hpp"
 #include "harness/model/model.hpp"
+#include "kernels/transports/transport.hpp"
 #include "sharders/mask.hpp"
 
 namespace cpbench {
@@ -34,13 +35,15 @@ struct CaseSpec {
   int64_t index = 0;        // position in the scenario's expanded case list
   std::string sharder;      // canonical registry name
   std::string transport;    // registry name
+  int64_t ulysses = 0;      // hybrid's Ulysses degree (divides cp); 0 for every other transport
   int64_t cp = 1;
   int64_t dp = 1;
   MaskSpec mask;
   at::ScalarType dtype = at::kDouble;
   Expect expect = Expect::match;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
-  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1)
+  [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
+  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1; hybrid: "hybrid-u2" for ulysses 2)
   [[nodiscard]] std::string name() const;
 };
 
@@ -57,8 +60,8 @@ struct ScenarioSpec {
   std::vector<CaseSpec> cases;
 };
 
-// `overrides`: "key=[v1,v2]" or "key=v" replacing a sweep axis (sharder, transport, cp, dp, mask,
-// dtype, expect) in every sweep block. Throws UsageError.
+// `overrides`: "key=[v1,v2]" or "key=v" replacing a sweep axis (sharder, transport, ulysses, cp, dp,
+// mask, dtype, expect) in every sweep block. Throws UsageError.
 [[nodiscard]] ScenarioSpec load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
 [[nodiscard]] ScenarioSpec parse_scenario(const std::string& yaml_text, const std::string& file_label,
                                           const std::vector<std::string>& overrides = {});

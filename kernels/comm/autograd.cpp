@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include "sharders/core/check.hpp"
+#include "sharders/core/nvtx.hpp"
 
 namespace cpbench::comm {
 
@@ -39,32 +42,47 @@ class AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   }
 };
 
-// Blocks along `split` to ranks, received blocks concatenated along `concat` in rank order.
-at::Tensor exchange_blocks(const Communicator& comm, const at::Tensor& t, int64_t split, int64_t concat) {
-  const at::Tensor blocks = at::stack(t.chunk(comm.size(), split), 0).contiguous();  // [W, ...]
-  const at::Tensor got = comm.all_to_all(blocks);
-  return at::cat(got.unbind(0), concat);
+struct AllToAllSpec {
+  Communicator comm;
+  std::vector<int> peers;
+  AllToAllObserver observer;
+};
+
+at::Tensor observed_all_to_all(const AllToAllSpec& s, const at::Tensor& t) {
+  nvtx::Range range{s.observer.nvtx_prefix, "a2a"};
+  const auto start = std::chrono::steady_clock::now();
+  at::Tensor out = s.comm.all_to_all(t, s.peers);
+  if (s.observer.done) {
+    const auto P = static_cast<int64_t>(s.peers.size());
+    const auto bytes = static_cast<int64_t>(t.nbytes()) / P * (P - 1);
+    s.observer.done(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return out;
 }
 
 class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Communicator& comm, int64_t split,
-                            int64_t concat) {
-    ctx->saved_data["comm"] = make_saved_object(comm);
-    ctx->saved_data["split"] = split;
-    ctx->saved_data["concat"] = concat;
-    return exchange_blocks(comm, x, split, concat);
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const AllToAllSpec& spec) {
+    ctx->saved_data["spec"] = make_saved_object(spec);
+    return observed_all_to_all(spec, local);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& comm = saved_object<Communicator>(ctx->saved_data["comm"]);
-    const int64_t split = ctx->saved_data["split"].toInt();
-    const int64_t concat = ctx->saved_data["concat"].toInt();
-    return {exchange_blocks(comm, grads[0], concat, split), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto& spec = saved_object<AllToAllSpec>(ctx->saved_data["spec"]);
+    // Materialized gradients (zeros when unused) keep the collective matched on every rank.
+    return {observed_all_to_all(spec, grads[0].contiguous()), at::Tensor()};
   }
 };
 
 }  // namespace
+
+at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local, const std::vector<int>& peers,
+                               const AllToAllObserver& observer) {
+  CP_CHECK(local.defined() && local.dim() >= 1, "all_to_all_autograd: needs a defined tensor with a dimension (rank ",
+           comm.rank(), ")");
+  if (peers.size() == 1) return local;
+  return AllToAllFunction::apply(local, AllToAllSpec{comm, peers, observer});
+}
 
 at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim, int64_t concat_dim) {
   CP_CHECK(x.defined(), "all_to_all_autograd: undefined tensor (rank ", comm.rank(), ")");
@@ -78,7 +96,12 @@ at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, in
   CP_CHECK(x.size(split) % comm.size() == 0, "all_to_all_autograd: split dim ", split, " of shape ",
            shape_str(x.sizes()), " is not divisible by the world size ", comm.size(), " (rank ", comm.rank(), ")");
   if (comm.size() == 1) return x;
-  return AllToAllFunction::apply(x, comm, split, concat);
+  // [W, ...]: block q (along `split`) for rank q; the group all-to-all above moves them (its backward
+  // is the same exchange), and stack / unbind / cat carry the gradient back through the reshaping.
+  std::vector<int> everyone(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  const at::Tensor got = all_to_all_autograd(comm, at::stack(x.chunk(comm.size(), split), 0), everyone);
+  return at::cat(got.unbind(0), concat);
 }
 
 at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim) {

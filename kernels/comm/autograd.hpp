@@ -18,13 +18,33 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/comm/communicator.hpp"
 
 namespace cpbench::comm {
 
 [[nodiscard]] at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local, int64_t dim = 0);
+
+// What an all-to-all reports, forward and backward: each one runs inside the NVTX range
+// "<nvtx_prefix>:a2a" and then calls `done` (if set) with the bytes this rank sent and the seconds the
+// call took. Copied into the autograd node, so whatever `done` captures must outlive the backward.
+struct AllToAllObserver {
+  std::string nvtx_prefix;
+  std::function<void(int64_t bytes_sent, double seconds)> done;
+};
+
+// all_to_all_autograd(comm, local, peers, observer):
+//   forward:  Communicator::all_to_all(local, peers) ([P * n, ...]: block i to peers[i], block i of the
+//             result from peers[i]); collective over the whole communicator, every rank with its group.
+//   backward: the same all-to-all of the gradient (it is its own inverse: the block rank a sent to b
+//             comes back from b to a's slot b), so each rank gets exactly the gradient of its blocks.
+//   A group of one returns `local` (no copy, no observer call).
+[[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local,
+                                             const std::vector<int>& peers, const AllToAllObserver& observer = {});
 
 // all_to_all_autograd(comm, x, split_dim, concat_dim):
 //   forward:  `x` is cut into W equal blocks along `split_dim` (its size must divide by W); block q
@@ -35,8 +55,8 @@ namespace cpbench::comm {
 //             (the sequence in rank order: rank q's tokens at [q*S/W, (q+1)*S/W)).
 //   backward: the reverse all-to-all (split the gradient along concat_dim, concatenate along split_dim).
 //   A collective both ways, like all_gather_autograd. A world of one returns `x` itself.
-//   One generic function for every all-to-all in cpbench (hidden-parallel SSM layers; head-parallel
-//   attention reshapes to it).
+//   The whole communicator as the group of the all-to-all below (the same collective and backward),
+//   cut and concatenated along tensor dims: the hidden-parallel SSM layers use it.
 [[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim,
                                              int64_t concat_dim);
 

@@ -45,15 +45,41 @@ at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
   return out.to(full.device());
 }
 
-at::Tensor Communicator::all_to_all(const at::Tensor& blocks) const {
-  if (!backend_) return blocks;
-  at::Tensor in = staged(blocks);
-  CP_CHECK(in.dim() >= 1 && in.size(0) % size_ == 0, "all_to_all: leading dim ", in.size(0), " of shape ",
-           shape_str(in.sizes()), " is not divisible by world size ", size_, " (rank ", rank_, ")");
+at::Tensor Communicator::all_to_all(const at::Tensor& local, const std::vector<int>& peers) const {
+  const auto P = static_cast<int64_t>(peers.size());
+  CP_CHECK(P >= 1 && local.dim() >= 1 && local.size(0) % P == 0, "all_to_all: leading dim of shape ",
+           shape_str(local.sizes()), " is not divisible by the group size ", P, " (rank ", rank_, ")");
+  bool member = false;
+  for (int64_t i = 0; i < P; ++i) {
+    const int p = peers[static_cast<size_t>(i)];
+    CP_CHECK(p >= 0 && p < size_ && (i == 0 || p > peers[static_cast<size_t>(i - 1)]), "all_to_all: group ranks must be "
+             "ascending and in [0, ", size_, "), got ", p, " at position ", i, " (rank ", rank_, ")");
+    member = member || p == rank_;
+  }
+  CP_CHECK(member, "all_to_all: rank ", rank_, " is not in its own group");
+  if (!backend_ || P == 1) return local.contiguous().clone();
+  // Gloo moves host memory only: device tensors (ranks sharing a GPU) are staged through the host.
+  at::Tensor in = is_gloo() ? local.to(at::kCPU).contiguous() : staged(local).contiguous();
   at::Tensor out = at::empty_like(in);
-  std::vector<int64_t> equal_splits;  // empty: equal splits
-  backend_->alltoall_base(out, in, equal_splits, equal_splits)->wait();
-  return out.to(blocks.device());
+  // Split sizes in rows of dim 0, per rank of the communicator: n for the group, 0 elsewhere.
+  const int64_t n = in.size(0) / P;
+  std::vector<int64_t> splits;
+  if (P != size_) {
+    splits.assign(static_cast<size_t>(size_), 0);
+    for (int p : peers) splits[static_cast<size_t>(p)] = n;
+  }
+  std::vector<int64_t> out_splits = splits;
+  // [rows, bytes]: the split sizes count rows of dim 0 whatever the dtype and rank of the tensor.
+  at::Tensor in_bytes = in.view({in.size(0), -1}).view(at::kByte);
+  at::Tensor out_bytes = out.view({out.size(0), -1}).view(at::kByte);
+  backend_->alltoall_base(out_bytes, in_bytes, out_splits, splits)->wait();
+  return out.to(local.device());
+}
+
+at::Tensor Communicator::all_to_all(const at::Tensor& blocks) const {
+  std::vector<int> everyone(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) everyone[static_cast<size_t>(r)] = r;
+  return all_to_all(blocks, everyone);
 }
 
 void Communicator::all_reduce_sum(at::Tensor& t) const {

@@ -30,8 +30,15 @@ class Communicator {
   [[nodiscard]] at::Tensor all_gather(const at::Tensor& local) const;
   // [size * n, ...] -> [n, ...]: the sum over ranks of block `rank`.
   [[nodiscard]] at::Tensor reduce_scatter_sum(const at::Tensor& full) const;
-  // [size * n, ...] -> [size * n, ...]: block q of the input goes to rank q; block q of the output
-  // came from rank q (equal splits on dim 0; c10d alltoall_base, which Gloo and NCCL both provide).
+  // All-to-all inside a group of this communicator's ranks. `peers` lists the group's ranks in
+  // ascending order and contains this rank; `local` is [P * n, ...] with P = peers.size(): block i (rows
+  // [i*n, (i+1)*n)) goes to rank peers[i]; the result has the same shape, block i received from
+  // peers[i]. Collective over the WHOLE communicator: every rank calls it with its own group, and the
+  // groups partition the ranks (one W-wide all-to-all whose splits are 0 outside each group, so disjoint
+  // groups exchange in one call without sub-communicators). Raw bytes travel (every dtype, exact).
+  // Bytes this rank sends: (P - 1) * n rows.
+  [[nodiscard]] at::Tensor all_to_all(const at::Tensor& local, const std::vector<int>& peers) const;
+  // The whole communicator as one group: all_to_all(blocks, {0, 1, ..., size - 1}).
   [[nodiscard]] at::Tensor all_to_all(const at::Tensor& blocks) const;
   // In place.
   void all_reduce_sum(at::Tensor& t) const;

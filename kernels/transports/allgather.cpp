@@ -167,16 +167,16 @@ class AllGatherTransport final : public Transport {
 
   // Ring-algorithm bytes of the collectives: the K/V all-gather sends (W-1) blocks in the input dtype;
   // the dK/dV reduce-scatter sends (W-1) blocks in the accumulation dtype (float32 for 16-bit inputs).
-  [[nodiscard]] int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                       int64_t head_dim, int64_t element_size) const override {
-    const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
-    const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
+  [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override {
+    const int64_t cp = c.cp;
+    const int64_t kv = kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+    const int64_t dkv =
+        kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, grad_element_size(c.element_size));
     return (cp - 1) * (kv + dkv);
   }
 
-  [[nodiscard]] int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                               int64_t head_dim, int64_t element_size) const override {
-    return (cp - 1) * kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+  [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& c) const override {
+    return (c.cp - 1) * kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
   }
 
   // The K/V all-gather (ring algorithm, W-1 hops) overlaps only the local block, which it slows by

@@ -1,5 +1,5 @@
 #include <functional>
-#include <map>
+#include <vector>
 
 #include "kernels/transports/transport_common.hpp"
 #include "sharders/core/check.hpp"
@@ -7,30 +7,56 @@
 namespace cpbench {
 
 namespace {
-const std::map<std::string, std::function<std::shared_ptr<const Transport>()>>& factories() {
-  static const std::map<std::string, std::function<std::shared_ptr<const Transport>()>> f{
-      {"allgather", kernels::make_allgather_transport},
-      {"ring", kernels::make_ring_transport},
+struct Entry {
+  std::string name;
+  std::function<std::shared_ptr<const Transport>(const TransportOptions&)> make;
+  bool negative_control = false;  // wrong on purpose: scenarios run it with `expect: mismatch`
+  bool takes_ulysses = false;     // configured by TransportOptions::ulysses
+};
+
+// One line per transport; each lives in its own file.
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> all = {
+      {"allgather", [](const TransportOptions&) { return kernels::make_allgather_transport(); }},
+      {"ring", [](const TransportOptions&) { return kernels::make_ring_transport(); }},
+      {"a2a", [](const TransportOptions&) { return kernels::make_a2a_transport(false); }},
+      {"hybrid", kernels::make_hybrid_transport, false, true},
+      {"a2a_rank_order", [](const TransportOptions&) { return kernels::make_a2a_rank_order_transport(); }, true},
   };
-  return f;
+  return all;
+}
+
+const Entry& entry(const std::string& name) {
+  for (const auto& e : entries())
+    if (e.name == name) return e;
+  std::string known;
+  for (const auto& e : entries()) known += (known.empty() ? "" : ", ") + e.name;
+  throw UsageError("unknown attention transport '" + name + "' (known: " + known + ")");
 }
 }  // namespace
 
-std::shared_ptr<const Transport> make_transport(const std::string& name) {
-  const auto& f = factories();
-  const auto it = f.find(name);
-  if (it == f.end()) {
-    std::string known;
-    for (const auto& [n, _] : f) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("unknown attention transport '" + name + "' (known: " + known + ")");
-  }
-  return it->second();
+std::shared_ptr<const Transport> make_transport(const std::string& name, const TransportOptions& options) {
+  const Entry& e = entry(name);
+  CP_CHECK_USAGE(e.takes_ulysses || options.ulysses == 0, "transport ", name,
+                 " takes no ulysses degree (only hybrid does), got ulysses ", options.ulysses);
+  return e.make(options);
 }
 
 std::vector<std::string> known_transports() {
   std::vector<std::string> names;
-  for (const auto& [n, _] : factories()) names.push_back(n);
+  for (const auto& e : entries()) names.push_back(e.name);
   return names;
 }
+
+bool is_negative_control_transport(const std::string& name) { return entry(name).negative_control; }
+
+std::vector<std::string> planned_transports() {
+  std::vector<std::string> names;
+  for (const auto& e : entries())
+    if (!e.negative_control) names.push_back(e.name);
+  return names;
+}
+
+bool takes_ulysses(const std::string& name) { return entry(name).takes_ulysses; }
 
 }  // namespace cpbench

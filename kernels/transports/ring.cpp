@@ -37,7 +37,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const TransportState& st) {
-    const int W = st.comm.size(), r = st.comm.rank();
+    const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
@@ -58,7 +58,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       comm::Communicator::Exchange ex;
       InFlight flight(st);
       if (s + 1 < W) {
-        ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingForwardKV);
+        ex = st.comm.post_exchange(cur, st.ring_peer(r + 1), next, st.ring_peer(r - 1), kTagRingForwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
       }
       {
@@ -99,7 +99,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
-    const int W = st.comm.size(), r = st.comm.rank();
+    const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
@@ -129,7 +129,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       comm::Communicator::Exchange kv_ex;
       InFlight kv_flight(st);
       if (s + 1 < W) {
-        kv_ex = st.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagRingBackwardKV);
+        kv_ex = st.comm.post_exchange(cur, st.ring_peer(r + 1), next, st.ring_peer(r - 1), kTagRingBackwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
       }
       at::Tensor contrib;  // this rank's dK/dV for block src, [2, B, Hkv, S, D] in cd; undefined = 0
@@ -169,7 +169,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         // finished sum of its own block).
         dkv_flight = InFlight(st);
         dkv_label = label;
-        dkv_ex = st.comm.post_exchange(dkv_send, (r + 1) % W, dkv_recv, (r - 1 + W) % W, kTagRingBackwardDKV);
+        dkv_ex = st.comm.post_exchange(dkv_send, st.ring_peer(r + 1), dkv_recv, st.ring_peer(r - 1), kTagRingBackwardDKV);
         bytes += static_cast<int64_t>(dkv_send.nbytes());
       }
       if (s + 1 < W) {
@@ -209,21 +209,21 @@ class RingTransport final : public Transport {
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    return RingAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
+    return ring_attention(q, k, v, make_state(ctx, shape, q.device()));
   }
 
   // Forward: W-1 K/V blocks. Backward: W-1 K/V blocks again plus W-1 dK/dV blocks in the
   // accumulation dtype (float32 for 16-bit inputs).
-  [[nodiscard]] int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                       int64_t head_dim, int64_t element_size) const override {
-    const int64_t kv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
-    const int64_t dkv = kv_block_bytes(batch, kv_heads, local_tokens, head_dim, grad_element_size(element_size));
+  [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override {
+    const int64_t cp = c.cp;
+    const int64_t kv = kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+    const int64_t dkv =
+        kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, grad_element_size(c.element_size));
     return (cp - 1) * (2 * kv + dkv);
   }
 
-  [[nodiscard]] int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                               int64_t head_dim, int64_t element_size) const override {
-    return (cp - 1) * kv_block_bytes(batch, kv_heads, local_tokens, head_dim, element_size);
+  [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& c) const override {
+    return (c.cp - 1) * kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
   }
 
   // Each of the W-1 hops carries one block while the rank computes on the one it holds; the slowest
@@ -259,6 +259,10 @@ class RingTransport final : public Transport {
 };
 
 }  // namespace
+
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TransportState& st) {
+  return RingAttention::apply(q, k, v, st);
+}
 
 std::shared_ptr<const Transport> make_ring_transport() { return std::make_shared<RingTransport>(); }
 

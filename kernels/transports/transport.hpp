@@ -101,6 +101,11 @@ struct AttentionContext {
 inline constexpr double kBackwardFactor = 2.5;
 inline constexpr double kStepFactor = 1.0 + kBackwardFactor;
 
+// One attention call of one rank, as the bytes formulas see it (element_size: bytes per q/k/v element).
+struct CallShape {
+  int64_t cp = 1, batch = 1, q_heads = 1, kv_heads = 1, local_tokens = 0, head_dim = 0, element_size = 2;
+};
+
 // One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
 // c_fwd and c_local are borrowed: they must outlive the time_per_call() call they are given to.
 struct CallCostInputs {
@@ -120,6 +125,20 @@ struct CallCostInputs {
                                       // log-sum-exp, one per block); empty: 0
   std::span<const double> merge_bwd;  // s, each rank's backward accumulation passes (dQ, dK, dV); empty: 0
   double contention = 0;              // s of compute lost per s of link transfer that overlaps compute
+  // s, one rank's forward / backward compute when the whole row's work is split evenly over heads:
+  // the unsharded row's time / W under the same kernel model (0: not given). a2a computes exactly that
+  // (every rank attends the whole sequence for H/W heads, whatever the layout's imbalance); hybrid
+  // falls back to it when c_fwd does not cover every rank.
+  double c_even_fwd = 0, c_even_bwd = 0;
+  // Every rank's attention work (visible pairs or priced block area; all W ranks, in rank order), or
+  // empty: hybrid scales the slowest rank's compute by its most loaded Ulysses group's mean work.
+  std::span<const double> rank_work;
+  // B/s of the link inside a group of TransportOptions::ulysses consecutive ranks (hybrid's all-to-all:
+  // one node when U <= GPUs per node while its ring crosses nodes); 0: `bandwidth`.
+  double group_bandwidth = 0;
+  // The call's shape (the planner sets it; head_dim 0 = not given): the hybrid transport splits its
+  // bytes between its all-to-alls and its ring with it.
+  CallShape call;
 };
 
 // Predicted time of one attention call, fwd + bwd, in seconds. step_s includes the slowest rank's
@@ -142,8 +161,13 @@ struct RankPassTimes {
 
 // One rank's share of a model's attention path, for the transport's activation memory.
 struct ActivationShape {
-  int64_t cp = 1, layers = 1, batch = 1, kv_heads = 0, local_tokens = 0, head_dim = 0;
+  int64_t cp = 1, layers = 1, batch = 1, q_heads = 0, kv_heads = 0, local_tokens = 0, head_dim = 0;
   int64_t element_size = 2;  // bytes per K/V element (dK/dV: the accumulation dtype, see below)
+};
+
+// How a transport instance is configured beyond its name (scenario keys; the planner's sweep).
+struct TransportOptions {
+  int64_t ulysses = 0;  // hybrid: the Ulysses degree U of the U x (W/U) mesh (required, divides W)
 };
 
 class Transport {
@@ -153,15 +177,29 @@ class Transport {
   // Empty if supported; otherwise the reason this transport cannot evaluate the mask / dtype / device.
   [[nodiscard]] virtual std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
                                                        int64_t cp) const = 0;
+  // Empty if this transport can split `q_heads` query and `kv_heads` key/value heads over a CP group of
+  // `cp` ranks; otherwise a one-line reason naming the numbers (the head-parallel transports need
+  // q_heads % (their all-to-all degree) == 0; scenario validation and the planner ask it).
+  [[nodiscard]] virtual std::string unsupported_heads(int64_t /*cp*/, int64_t /*q_heads*/, int64_t /*kv_heads*/) const {
+    return "";
+  }
+  // How many consecutive ranks split their tokens' attention work evenly over heads (one all-to-all
+  // group): W for a2a, U for hybrid, 1 for the sequence-parallel transports. The planner averages the
+  // layout's per-rank attention FLOPs over such groups; the runner measures the same.
+  [[nodiscard]] virtual int64_t head_parallel_degree(int64_t /*cp*/) const { return 1; }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;
+  // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by
+  // default this rank's queries against every rank's key block (make_plan_cache); the head-parallel
+  // transports plan the sequence their all-to-all gathers instead.
+  [[nodiscard]] virtual std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec& mask,
+                                                                            const TokenMeta& local,
+                                                                            const TokenMeta& all, int rank, int world,
+                                                                            const at::Device& device) const;
   // Bytes this rank sends for one forward + backward of one attention call (the transport's formula).
-  [[nodiscard]] virtual int64_t bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads, int64_t local_tokens,
-                                               int64_t head_dim, int64_t element_size) const = 0;
-  // The forward's part of bytes_per_call (same arguments); the rest is backward traffic. 0 <= it <= bytes_per_call.
-  [[nodiscard]] virtual int64_t forward_bytes_per_call(int64_t cp, int64_t batch, int64_t kv_heads,
-                                                       int64_t local_tokens, int64_t head_dim,
-                                                       int64_t element_size) const = 0;
+  [[nodiscard]] virtual int64_t bytes_per_call(const CallShape& shape) const = 0;
+  // The forward's part of bytes_per_call; the rest is backward traffic. 0 <= it <= bytes_per_call.
+  [[nodiscard]] virtual int64_t forward_bytes_per_call(const CallShape& shape) const = 0;
   // The transport's time formula for one call (docs/planner.md, "Step time"): how its transfers
   // overlap the compute. At W = 1 nothing moves: step_s = kStepFactor * c_fwd_max.
   [[nodiscard]] virtual CallTime time_per_call(const CallCostInputs& in) const = 0;
@@ -182,7 +220,12 @@ class Transport {
 //   ring       kernels/transports/ring.cpp       K/V blocks travel around the ring (double-buffered send/recv posted
 //                                     before each block's maths); backward sends K/V round again and
 //                                     dK/dV travel with their block back to its owner.
-// Both skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
+//   a2a        kernels/transports/a2a.cpp        Ulysses: all-to-all to head-sharded [B, H/W, W*S, D], whole-sequence
+//                                     attention (one block), all-to-all back (head_parallel.hpp).
+//   hybrid     kernels/transports/hybrid.cpp     Ulysses x ring: all-to-all inside groups of U consecutive ranks, the
+//                                     ring code across the W/U groups, all-to-all back.
+//   a2a_rank_order (a2a_rank_order.cpp): negative control, a2a with rank order taken for global order.
+// All skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
 //
 // Cost formulas, with kv = 2*B*Hkv*S*D*element_size, dkv the same in the accumulation dtype (element
 // size max(4, element_size)), a = latency, Bw = bandwidth, c = c_fwd_max, per call:
@@ -195,10 +238,25 @@ class Transport {
 //   with f_r = c_fwd_r + merge_fwd_r, b_r = c_bwd_r + merge_bwd_r (defaults: c_r and 2.5 c_r), f and b
 //   their maxima over ranks, w = contention (0 by default: the formulas of a pure pairs model)
 //   peak activation     allgather layers*(W-1)*kv + W*dkv         ring 2*kv + 2*dkv
+// Head-parallel (U = W for a2a, R = W/U ring positions, Hk = lcm(Hkv, U) replicated kv heads, kv' and
+// dkv' the blocks above with Hk, A = (U-1)/U * B*S*D*e * 2*(Hq + Hk) one pass's two all-to-alls):
+//   bytes 2A + (R-1)(2 kv' + dkv'); forward A + (R-1) kv'
+//   step_s  f + b + 2 T_a2a + the ring's exposure over R positions, T_a2a = 2 (U-1) a + A / Bw_group,
+//           f, b: a2a the even split (c_even_*), hybrid that scaled by its most loaded group (rank_work)
+//   peak activation  layers*(S*D*(Hq + 2Hk)*e + S*D*Hq*max(4,e) + 4*S*Hq)*B + 2*B*S*D*(Hq + 2Hk)*e
+//           (+ 2 kv' + 2 dkv' when R > 1)
 //
 // Registry (kernels/transports/registry.cpp): a transport is one file here plus one line there; the
 // planner and the CLI list known_transports(). Unknown names throw UsageError listing the known ones.
-[[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name);
+[[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name,
+                                                            const TransportOptions& options = {});
+// Every registered name, negative controls included (they are wrong on purpose: see below).
 [[nodiscard]] std::vector<std::string> known_transports();
+// True for transports registered as negative controls (the planner and recommendations skip them).
+[[nodiscard]] bool is_negative_control_transport(const std::string& name);
+// known_transports() without the negative controls: what the planner prices.
+[[nodiscard]] std::vector<std::string> planned_transports();
+// True for the transports that take the `ulysses` option (hybrid).
+[[nodiscard]] bool takes_ulysses(const std::string& name);
 
 }  // namespace cpbench

@@ -353,6 +353,12 @@ std::shared_ptr<const kernels::PlanCache> make_plan_cache(const MaskSpec& mask, 
   return std::make_shared<const kernels::PlanCache>(mask, local, all, rank, world, device);
 }
 
+std::shared_ptr<const kernels::PlanCache> Transport::make_plans(const MaskSpec& mask, const TokenMeta& local,
+                                                               const TokenMeta& all, int rank, int world,
+                                                               const at::Device& device) const {
+  return make_plan_cache(mask, local, all, rank, world, device);
+}
+
 int64_t metadata_plans_built() { return kernels::g_metadata_plans.load(); }
 
 void resolve_device_times(AttentionStats& stats, const comm::DeviceTime& anchor,

@@ -63,6 +63,19 @@ struct TransportState {
   std::string nvtx_prefix;
   AttendShape shape;
   at::Device device{at::kCPU};  // where the maths runs (CUDA: spans are timed with device events)
+  // The ring K/V travel around (ring_attention): ranks of `comm` in ring order, this rank at position
+  // ring_index. Empty: every rank of `comm`, in rank order (the plain ring). The hybrid transport
+  // runs one ring per Ulysses position over the CP group's ranks.
+  std::vector<int> ring;
+  int ring_index = 0;
+
+  [[nodiscard]] int ring_size() const { return ring.empty() ? comm.size() : static_cast<int>(ring.size()); }
+  [[nodiscard]] int ring_rank() const { return ring.empty() ? comm.rank() : ring_index; }
+  // The communicator rank at ring position i (taken modulo the ring size).
+  [[nodiscard]] int ring_peer(int i) const {
+    const int n = ring_size(), j = ((i % n) + n) % n;
+    return ring.empty() ? j : ring[static_cast<size_t>(j)];
+  }
 
   // Plan of this rank's queries against the key block of rank `src` (from the step's PlanCache).
   [[nodiscard]] const BlockPlan& plan(int src) const { return plans->plan(src); }
@@ -160,8 +173,17 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 // The reason a (mask, dtype, device, cp) combination cannot run, or "" (shared by both transports).
 [[nodiscard]] std::string common_unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options, int64_t cp);
 
+// Ring attention (kernels/transports/ring.cpp) over st's ring: q [B, Hq, S, D], k and v [B, Hkv, S, D] of
+// this ring position; st.plans plans these queries against every ring position's key block (world =
+// ring size, rank = ring position). Differentiable in q, k, v; backward collective over the ring.
+[[nodiscard]] at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const TransportState& st);
+
 // Factories behind the registry (kernels/transports/registry.cpp).
 [[nodiscard]] std::shared_ptr<const Transport> make_allgather_transport();
 [[nodiscard]] std::shared_ptr<const Transport> make_ring_transport();
+[[nodiscard]] std::shared_ptr<const Transport> make_a2a_transport(bool rank_order_positions);
+[[nodiscard]] std::shared_ptr<const Transport> make_a2a_rank_order_transport();
+[[nodiscard]] std::shared_ptr<const Transport> make_hybrid_transport(const TransportOptions& options);
 
 }  // namespace cpbench::kernels

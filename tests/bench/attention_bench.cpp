@@ -49,7 +49,7 @@ void BM_AttentionW1(benchmark::State& state, const std::string& transport_name) 
       sync(dev);
       const auto t0 = std::chrono::steady_clock::now();
       AttentionContext ctx{&one, mask, meta, meta, 0, nullptr, "", nullptr, false};
-      ctx.plans = make_plan_cache(mask, meta, meta, 0, 1, dev);
+      ctx.plans = transport->make_plans(mask, meta, meta, 0, 1, dev);
       transport->attend(q, k, v, ctx).backward(dout);
       sync(dev);
       t_cp += seconds(t0);
@@ -81,5 +81,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_CAPTURE(BM_AttentionW1, allgather, std::string("allgather"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_AttentionW1, ring, std::string("ring"))->Apply(shapes);
+// a2a in a world of one: its head-parallel path (plans of the gathered sequence, the ring code over a
+// ring of one) without the all-to-alls, i.e. the compute side of Ulysses.
+BENCHMARK_CAPTURE(BM_AttentionW1, a2a, std::string("a2a"))->Apply(shapes);
 
 }  // namespace

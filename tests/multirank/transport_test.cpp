@@ -252,22 +252,33 @@ TEST(TransportBlock, MergingTwoEmptyPartialsGivesZeroNotNaN) {
 
 // ------------------------------------------------------------------------------- registry, world of 1
 
+// A registered transport as a world of one runs it: hybrid with Ulysses degree 1.
+std::shared_ptr<const Transport> make_any(const std::string& n) {
+  return make_transport(n, takes_ulysses(n) ? TransportOptions{1} : TransportOptions{});
+}
+
 TEST(TransportRegistry, KnownNamesAndUnknownNameListsThem) {
-  EXPECT_EQ(known_transports(), (std::vector<std::string>{"allgather", "ring"}));
-  for (const auto& n : known_transports()) EXPECT_EQ(make_transport(n)->name(), n);
+  EXPECT_EQ(known_transports(), (std::vector<std::string>{"allgather", "ring", "a2a", "hybrid", "a2a_rank_order"}));
+  EXPECT_EQ(planned_transports(), (std::vector<std::string>{"allgather", "ring", "a2a", "hybrid"}));
+  EXPECT_TRUE(is_negative_control_transport("a2a_rank_order"));
+  EXPECT_FALSE(is_negative_control_transport("a2a"));
+  for (const auto& n : known_transports()) EXPECT_EQ(make_any(n)->name(), n);
+  // hybrid needs its Ulysses degree; the others take none.
+  EXPECT_THROW((void)make_transport("hybrid"), UsageError);
+  EXPECT_THROW((void)make_transport("ring", TransportOptions{2}), UsageError);
   try {
     (void)make_transport("ulysses");
     ADD_FAILURE() << "unknown transport accepted";
   } catch (const UsageError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'ulysses'"), std::string::npos) << what;
-    EXPECT_NE(what.find("allgather, ring"), std::string::npos) << what;
+    EXPECT_NE(what.find("allgather, ring, a2a, hybrid"), std::string::npos) << what;
   }
 }
 
 TEST(TransportRegistry, SupportsFloatingDtypesAndEveryMaskOnly) {
   for (const auto& n : known_transports()) {
-    const auto t = make_transport(n);
+    const auto t = make_any(n);
     for (auto dtype : {at::kDouble, at::kFloat, at::kBFloat16, at::kHalf})
       for (const std::string m : {"causal", "full", "document", "sliding_window:4"})
         EXPECT_EQ(t->unsupported_reason(MaskSpec::parse(m), at::TensorOptions().dtype(dtype), 4), "") << n << m;
@@ -278,9 +289,33 @@ TEST(TransportRegistry, SupportsFloatingDtypesAndEveryMaskOnly) {
 
 TEST(TransportRegistry, BytesPerCallFormulas) {
   // W=4, B=2, Hkv=2, S=16, D=8, bf16: kv block = 2*2*2*16*8*2 = 2048 bytes; dK/dV travel as float32 (4096).
-  EXPECT_EQ(make_transport("allgather")->bytes_per_call(4, 2, 2, 16, 8, 2), 3 * (2048 + 4096));
-  EXPECT_EQ(make_transport("ring")->bytes_per_call(4, 2, 2, 16, 8, 2), 3 * (2 * 2048 + 4096));
-  EXPECT_EQ(make_transport("ring")->bytes_per_call(1, 2, 2, 16, 8, 8), 0);
+  const CallShape c{4, 2, 4, 2, 16, 8, 2};  // W, B, Hq, Hkv, S, D, e
+  EXPECT_EQ(make_transport("allgather")->bytes_per_call(c), 3 * (2048 + 4096));
+  EXPECT_EQ(make_transport("ring")->bytes_per_call(c), 3 * (2 * 2048 + 4096));
+  EXPECT_EQ(make_transport("ring")->bytes_per_call(CallShape{1, 2, 4, 2, 16, 8, 8}), 0);
+  // a2a, W = 4: kv heads 2 -> 4 (each repeated twice); q, k, v in and the output back keep 1/4 at
+  // home: 3/4 x B S D e x (2 Hq + 2 Hk) = 3/4 x 512 x 16 = 6144 bytes a pass, twice per call.
+  EXPECT_EQ(make_transport("a2a")->forward_bytes_per_call(c), 6144);
+  EXPECT_EQ(make_transport("a2a")->bytes_per_call(c), 2 * 6144);
+  // hybrid 2 x 2: all-to-alls over 2 ranks (no replication: 2 kv heads split over 2) 1/2 x 512 x 12,
+  // then the ring over 2 positions: one K/V block forward, one K/V and one dK/dV block backward.
+  EXPECT_EQ(make_transport("hybrid", TransportOptions{2})->forward_bytes_per_call(c), 3072 + 2048);
+  EXPECT_EQ(make_transport("hybrid", TransportOptions{2})->bytes_per_call(c), 2 * 3072 + 2 * 2048 + 4096);
+  EXPECT_EQ(make_transport("a2a")->bytes_per_call(CallShape{1, 2, 4, 2, 16, 8, 8}), 0);
+}
+
+TEST(TransportRegistry, HeadSplitIsCheckedAndNamed) {
+  EXPECT_EQ(make_transport("a2a")->unsupported_heads(4, 4, 2), "");
+  EXPECT_EQ(make_transport("a2a")->unsupported_heads(3, 6, 2), "");  // kv heads replicated to 6
+  const std::string why = make_transport("a2a")->unsupported_heads(3, 4, 2);
+  EXPECT_NE(why.find("4 query heads"), std::string::npos) << why;
+  EXPECT_NE(why.find("3"), std::string::npos) << why;
+  EXPECT_EQ(make_transport("hybrid", TransportOptions{2})->unsupported_heads(4, 4, 1), "");
+  const std::string div = make_transport("hybrid", TransportOptions{2})->unsupported_heads(6, 4, 2);
+  EXPECT_EQ(div, "");
+  const std::string nodiv = make_transport("hybrid", TransportOptions{4})->unsupported_heads(6, 4, 2);
+  EXPECT_NE(nodiv.find("ulysses 4 does not divide the CP size 6"), std::string::npos) << nodiv;
+  EXPECT_EQ(make_transport("ring")->unsupported_heads(3, 4, 2), "");
 }
 
 TEST(TransportSingleRank, BothTransportsMatchTheReferenceInAWorldOfOne) {
@@ -298,7 +333,7 @@ TEST(TransportSingleRank, BothTransportsMatchTheReferenceInAWorldOfOne) {
       // Non-contiguous inputs, as a [B, S, H, D] projection transposed to [B, H, S, D] arrives.
       at::Tensor qa = q.transpose(1, 2).contiguous().requires_grad_(true);
       at::Tensor ka = k.clone().requires_grad_(true), va = v.clone().requires_grad_(true);
-      at::Tensor out = make_transport(n)->attend(qa.transpose(1, 2), ka, va, ctx);
+      at::Tensor out = make_any(n)->attend(qa.transpose(1, 2), ka, va, ctx);
       EXPECT_EQ(out.scalar_type(), dtype);
       EXPECT_EQ(out.sizes(), q.sizes());
       out.sum().backward();
@@ -327,7 +362,7 @@ TEST(TransportSingleRank, BadShapesNameThemAndTheRank) {
   AttentionContext ctx{&world, MaskSpec::parse("causal"), meta, meta, 0, nullptr, "", nullptr, false};
   for (const auto& n : known_transports()) {
     try {
-      (void)make_transport(n)->attend(q, k, k, ctx);
+      (void)make_any(n)->attend(q, k, k, ctx);
       ADD_FAILURE() << n << " accepted 3 query heads over 2 kv heads";
     } catch (const Error& e) {
       const std::string what = e.what();
@@ -336,7 +371,7 @@ TEST(TransportSingleRank, BadShapesNameThemAndTheRank) {
     }
     AttentionContext bad = ctx;
     bad.all = TokenMeta{at::arange(5, at::kLong).unsqueeze(0), {}, {}, {}};
-    EXPECT_THROW((void)make_transport(n)->attend(k, k, k, bad), Error) << n << ": ctx.all of the wrong length";
+    EXPECT_THROW((void)make_any(n)->attend(k, k, k, bad), Error) << n << ": ctx.all of the wrong length";
   }
 }
 

@@ -106,6 +106,32 @@ std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W,
   return out;
 }
 
+// The transport instances the default plan prices at W for a model of `heads` / `kv_heads` (labels as
+// PlanCase::transport): every planned transport, hybrid once per Ulysses degree 1 < U < W dividing
+// W, each only where it can split the heads.
+std::vector<std::string> planned_labels(int64_t W, int64_t heads, int64_t kv_heads) {
+  std::vector<std::string> v;
+  for (const auto& n : planned_transports()) {
+    if (takes_ulysses(n)) {
+      for (int64_t u = 2; u < W; ++u)
+        if (W % u == 0 && make_transport(n, TransportOptions{u})->unsupported_heads(W, heads, kv_heads).empty())
+          v.push_back(n + "-u" + std::to_string(u));
+    } else if (make_transport(n)->unsupported_heads(W, heads, kv_heads).empty()) {
+      v.push_back(n);
+    }
+  }
+  return v;
+}
+size_t planned_count(std::initializer_list<int64_t> cps, int64_t heads, int64_t kv_heads) {
+  size_t n = 0;
+  for (int64_t W : cps) n += planned_labels(W, heads, kv_heads).size();
+  return n;
+}
+// The transport of a plan case, configured as the planner configured it.
+std::shared_ptr<const Transport> case_transport(const plan::PlanCase& c) {
+  if (c.ulysses == 0) return make_transport(c.transport);
+  return make_transport(c.transport.substr(0, c.transport.rfind("-u")), TransportOptions{c.ulysses});
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -366,7 +392,7 @@ TEST(PlanComm, BytesFollowTheTransportFormulas) {
     EXPECT_EQ(find_case(p, "load_balanced", "ring", W).bytes_per_rank, 32 * (W - 1) * (2 * kv + dkv));
     EXPECT_EQ(find_case(p, "load_balanced", "allgather", W).bytes_per_rank, 32 * (W - 1) * (kv + dkv));
     EXPECT_EQ(find_case(p, "load_balanced", "ring", W).bytes_per_rank,
-              32 * make_transport("ring")->bytes_per_call(W, 1, 8, s, 128, 2));
+              32 * make_transport("ring")->bytes_per_call(CallShape{W, 1, 32, 8, s, 128, 2}));
   }
   // peers-and-limits §9.5: S = 128K, P = 8: 16,384 tokens per rank, ring forward K/V 7 x 64 MiB = 448 MiB.
   EXPECT_EQ(find_case(p, "load_balanced", "ring", 8).local_tokens, 16384);
@@ -421,17 +447,18 @@ TEST(PlanTransports, CasesUseEachTransportsOwnFormulas) {
   r.sharders = {"contiguous", "load_balanced"};
   r.dtype = "fp16";
   const plan::Plan p = plan::make_plan(r);
-  ASSERT_EQ(p.cases.size(), 3u * 2u * known_transports().size());
+  ASSERT_EQ(p.cases.size(), 2u * planned_count({1, 8, 16}, r.model.heads, r.model.kv_heads));
   const plan::ModelShape& m = r.model;
   const int64_t e = 2, L = m.layers;
   const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim), F = r.cluster.attention_flops;
   const MaskSpec mask = MaskSpec::parse("causal");
   for (const auto& c : p.cases) {
     SCOPED_TRACE(c.sharder + "/" + c.transport + " cp=" + std::to_string(c.cp));
-    const auto t = make_transport(c.transport);
+    const auto t = case_transport(c);
     const int64_t W = c.cp, s = c.local_tokens;
-    const int64_t call = t->bytes_per_call(W, 1, m.kv_heads, s, m.head_dim, e);
-    const int64_t fwd = t->forward_bytes_per_call(W, 1, m.kv_heads, s, m.head_dim, e);
+    const CallShape shape_of_call{W, 1, m.heads, m.kv_heads, s, m.head_dim, e};
+    const int64_t call = t->bytes_per_call(shape_of_call);
+    const int64_t fwd = t->forward_bytes_per_call(shape_of_call);
     EXPECT_EQ(c.bytes_per_rank, L * call);
 
     plan::StreamCache cache;
@@ -451,15 +478,36 @@ TEST(PlanTransports, CasesUseEachTransportsOwnFormulas) {
     in.latency_s = r.cluster.latency_s;
     in.c_fwd = c_fwd;
     in.c_local = c_local;
+    in.call = shape_of_call;
+    if (c.ulysses > 0 && c.ulysses <= 8) in.group_bandwidth = r.cluster.intra_bandwidth;
+    // The whole row's work split evenly over W: the pairs kernel prices visible pairs alone.
+    const double all_pairs = std::accumulate(w.pairs.begin(), w.pairs.end(), 0.0);
+    in.c_even_fwd = unit * all_pairs / F / static_cast<double>(W);
+    in.c_even_bwd = kBackwardFactor * in.c_even_fwd;
+    std::vector<double> rank_work(w.pairs.begin(), w.pairs.end());
+    in.rank_work = rank_work;
     const CallTime ct = t->time_per_call(in);
-    EXPECT_DOUBLE_EQ(c.predicted_step_s, static_cast<double>(L) * ct.step_s);
-    EXPECT_DOUBLE_EQ(c.exposed_comm_s, static_cast<double>(L) * ct.exposed_s);
-    EXPECT_DOUBLE_EQ(c.transfer_s, static_cast<double>(L) * ct.transfer_s);
-    EXPECT_DOUBLE_EQ(c.compute_s, static_cast<double>(L) * kStepFactor * in.c_fwd_max);
+    EXPECT_NEAR(c.predicted_step_s, static_cast<double>(L) * ct.step_s, 1e-12 * c.predicted_step_s);
+    EXPECT_NEAR(c.exposed_comm_s, static_cast<double>(L) * ct.exposed_s, 1e-12 * c.predicted_step_s);
+    EXPECT_NEAR(c.transfer_s, static_cast<double>(L) * ct.transfer_s, 1e-12 * c.predicted_step_s);
+    // a2a splits the whole row's work evenly over heads; hybrid-u<U>: the most loaded Ulysses group's
+    // work over its U ranks; the others: the slowest rank's.
+    double want_c = in.c_fwd_max;
+    if (c.transport == "a2a") want_c = in.c_even_fwd;
+    if (c.ulysses > 0) {
+      want_c = 0;
+      for (int64_t g = 0; g < W / c.ulysses; ++g) {
+        double sum = 0;
+        for (int64_t u = 0; u < c.ulysses; ++u) sum += c_fwd[static_cast<size_t>(g * c.ulysses + u)];
+        want_c = std::max(want_c, sum / static_cast<double>(c.ulysses));
+      }
+    }
+    EXPECT_NEAR(c.compute_s, static_cast<double>(L) * kStepFactor * want_c, 1e-9 * c.predicted_step_s);
 
     ActivationShape shape;
     shape.cp = W;
     shape.layers = L;
+    shape.q_heads = m.heads;
     shape.kv_heads = m.kv_heads;
     shape.local_tokens = s;
     shape.head_dim = m.head_dim;
@@ -479,13 +527,14 @@ TEST(PlanTransports, CasesUseEachTransportsOwnFormulas) {
 TEST(PlanTransports, ForwardBytesPerCall) {
   const int64_t kv = 2 * 2 * 8 * 1024 * 128 * 2;  // B = 2, Hkv = 8, S = 1024, D = 128, bf16
   for (int64_t W : {1, 2, 8}) {
-    EXPECT_EQ(make_transport("ring")->forward_bytes_per_call(W, 2, 8, 1024, 128, 2), (W - 1) * kv);
-    EXPECT_EQ(make_transport("allgather")->forward_bytes_per_call(W, 2, 8, 1024, 128, 2), (W - 1) * kv);
+    const CallShape call{W, 2, 8, 8, 1024, 128, 2};
+    EXPECT_EQ(make_transport("ring")->forward_bytes_per_call(call), (W - 1) * kv);
+    EXPECT_EQ(make_transport("allgather")->forward_bytes_per_call(call), (W - 1) * kv);
     for (const auto& n : known_transports()) {
-      const auto t = make_transport(n);
-      const int64_t fwd = t->forward_bytes_per_call(W, 2, 8, 1024, 128, 2);
+      const auto t = make_transport(n, takes_ulysses(n) ? TransportOptions{W >= 2 ? 2 : 1} : TransportOptions{});
+      const int64_t fwd = t->forward_bytes_per_call(call);
       EXPECT_GE(fwd, 0) << n;
-      EXPECT_LE(fwd, t->bytes_per_call(W, 2, 8, 1024, 128, 2)) << n;
+      EXPECT_LE(fwd, t->bytes_per_call(call)) << n;
       if (W == 1) {
         EXPECT_EQ(fwd, 0) << n;
       }
@@ -500,13 +549,15 @@ TEST(PlanTransports, DefaultPlanCoversExactlyTheRegisteredTransports) {
   r.sharders = {"load_balanced", "contiguous"};
   ASSERT_TRUE(r.transports.empty());  // the default: every registered transport
   const plan::Plan p = plan::make_plan(r);
-  EXPECT_EQ(p.request.transports, known_transports());
+  EXPECT_EQ(p.request.transports, planned_transports());
   std::vector<std::string> planned;
   for (const auto& c : p.cases)
-    if (c.cp == 2 && c.sharder == "load_balanced") planned.push_back(c.transport);
-  EXPECT_EQ(planned, known_transports());
-  EXPECT_EQ(p.cases.size(), 2u * 2u * known_transports().size());
-  for (const auto& cr : p.recommendation.per_cp) EXPECT_EQ(cr.ranking.size(), 2u * known_transports().size());
+    if (c.cp == 4 && c.sharder == "load_balanced") planned.push_back(c.transport);
+  EXPECT_EQ(planned, planned_labels(4, r.model.heads, r.model.kv_heads));
+  EXPECT_EQ(planned, (std::vector<std::string>{"allgather", "ring", "a2a", "hybrid-u2"}));
+  EXPECT_EQ(p.cases.size(), 2u * planned_count({2, 4}, r.model.heads, r.model.kv_heads));
+  for (const auto& cr : p.recommendation.per_cp)
+    EXPECT_EQ(cr.ranking.size(), 2u * planned_labels(cr.cp, r.model.heads, r.model.kv_heads).size());
 
   const auto json = run_cpbench("plan --model llama3-8b --seq-len 16384 --cp 2 --sharders load_balanced --format json",
                                 " 2>/dev/null");
@@ -514,11 +565,11 @@ TEST(PlanTransports, DefaultPlanCoversExactlyTheRegisteredTransports) {
   std::vector<std::string> from_cli;
   const nlohmann::json parsed = nlohmann::json::parse(json.output);
   for (const auto& c : parsed["cases"]) from_cli.push_back(c["transport"]);
-  EXPECT_EQ(from_cli, known_transports());
+  EXPECT_EQ(from_cli, planned_labels(2, 32, 8));
 
   const auto help = run_cpbench("plan --help");
   std::string listed;
-  for (const auto& n : known_transports()) listed += (listed.empty() ? "" : ", ") + n;
+  for (const auto& n : planned_transports()) listed += (listed.empty() ? "" : ", ") + n;
   EXPECT_NE(help.output.find("--transports"), std::string::npos) << help.output;
   EXPECT_NE(help.output.find(listed), std::string::npos) << "help should list " << listed << ":\n" << help.output;
 }
@@ -549,7 +600,7 @@ TEST(PlanOutput, JsonHasTheDocumentedSchema) {
   const plan::Plan p = plan::make_plan(request("llama3-8b", 131072, {8, 16, 64}));
   const nlohmann::json j = plan::plan_to_json(p);
   ASSERT_TRUE(j.contains("cases") && j["cases"].is_array());
-  EXPECT_EQ(j["cases"].size(), 3u * 5u * known_transports().size());  // W x default sharders x transports
+  EXPECT_EQ(j["cases"].size(), 5u * planned_count({8, 16, 64}, 32, 8));  // default sharders x W x transports
   for (const auto& c : j["cases"]) {
     for (const char* k :
          {"sharder", "transport", "cp", "imbalance", "attention_flops_per_rank", "bytes_per_rank", "predicted_step_s",
@@ -624,7 +675,7 @@ TEST(PlanOutput, PlansAreFastEnoughToRunInUnitTests) {
   r.doc_lens = plan::draw_documents("lognormal:mean=4096,sigma=1,seed=1", 262144);
   r.mask = "document";
   const plan::Plan p = plan::make_plan(r);
-  EXPECT_EQ(p.cases.size(), 5u * known_transports().size());  // default sharders x transports
+  EXPECT_EQ(p.cases.size(), 5u * planned_count({1024}, 32, 8));  // default sharders x transports
   EXPECT_LE(find_case(p, "workload_balanced", "ring", 1024).imbalance,
             find_case(p, "load_balanced", "ring", 1024).imbalance);
 }
@@ -659,7 +710,7 @@ Report synthetic_report(double F, double B) {
                 {"mask", "causal"}};
     const double e = sp.dtype == "bfloat16" ? 2 : sp.dtype == "float32" ? 4 : 8;
     const double unit =
-        static_cast<double>(make_transport(sp.transport)->bytes_per_call(sp.cp, 1, 1, 1, 1, static_cast<int64_t>(e)));
+        static_cast<double>(make_transport(sp.transport)->bytes_per_call(CallShape{sp.cp, 1, 1, 1, 1, 1, static_cast<int64_t>(e)}));
     const double share = static_cast<double>(sp.cp - 1) * 2 * e / unit;
     const double c_max = *std::max_element(sp.flops.begin(), sp.flops.end()) / F;
     const double exposed =
@@ -780,7 +831,7 @@ TEST(PlanInputs, PresetsAndExplicitShapes) {
   o.cps = {2};
   const auto r = plan_request_from_options(o);
   EXPECT_EQ(r.model.head_dim, 32);  // hidden / heads
-  EXPECT_EQ(plan::make_plan(r).cases.size(), 5u * known_transports().size());
+  EXPECT_EQ(plan::make_plan(r).cases.size(), 5u * planned_count({2}, 8, 2));
   for (const auto& c : plan::cluster_presets()) {
     EXPECT_GT(c.attention_flops, 0) << c.name;
     EXPECT_EQ(c.gpus_per_node, 8) << c.name;
@@ -818,7 +869,38 @@ TEST(PlanInputs, BadInputIsOneLineAndExitStatusTwo) {
 }
 
 TEST(PlanInputs, DoneWhenExample) {
+  // Since the head-parallel transports (issue 12) the example's best transport is hybrid (Ulysses
+  // inside a node, ring across nodes); the layout stays load-balanced.
   const CommandResult res = run_cpbench("plan --model llama3-8b --seq-len 131072 --cp 8,16,64");
   EXPECT_EQ(res.status, 0) << res.output;
-  EXPECT_NE(res.output.find("recommendation: load_balanced + ring"), std::string::npos) << res.output;
+  EXPECT_NE(res.output.find("recommendation: load_balanced + hybrid"), std::string::npos) << res.output;
+}
+
+// a2a wins where it should: many heads and short local sequences inside one node (its all-to-alls
+// move O(S/W) per rank and every rank computes an even share, while the ring moves every K/V block).
+// Where the heads do not split over W it is not planned, and the note says why.
+TEST(PlanHeadParallel, A2aWinsWithManyHeadsAndShortLocalSequences) {
+  plan::PlanRequest r = request("llama3-8b", 131072, {8});
+  r.cluster = plan::cluster_preset("h100-ib400");
+  const plan::Plan p = plan::make_plan(r);
+  ASSERT_FALSE(p.recommendation.per_cp.empty());
+  EXPECT_EQ(p.recommendation.per_cp[0].transport, "a2a");
+  // Shorter local sequences: a head-parallel transport (a2a or hybrid) still ranks first.
+  const plan::Plan shorter = plan::make_plan(request("llama3-8b", 16384, {8}));
+  const std::string best = shorter.recommendation.per_cp[0].transport;
+  EXPECT_TRUE(best == "a2a" || best.rfind("hybrid-u", 0) == 0) << best;
+  EXPECT_LT(find_case(p, "load_balanced", "a2a", 8).predicted_step_s,
+            find_case(p, "load_balanced", "ring", 8).predicted_step_s);
+  // a2a evens the work out over heads whatever the layout: contiguous is no longer imbalanced.
+  EXPECT_DOUBLE_EQ(find_case(p, "contiguous", "a2a", 8).imbalance, 1.0);
+  EXPECT_GT(find_case(p, "contiguous", "ring", 8).imbalance, 1.5);
+
+  plan::PlanRequest q = request("llama3-8b", 16384, {64});  // 32 heads do not split over 64 ranks
+  const plan::Plan pq = plan::make_plan(q);
+  for (const auto& c : pq.cases) EXPECT_NE(c.transport, "a2a");
+  bool noted = false;
+  for (const auto& n : pq.notes) noted = noted || n.find("32 query heads are not divisible by") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // hybrid is planned for the Ulysses degrees that divide both W and the heads.
+  EXPECT_EQ(find_case(pq, "load_balanced", "hybrid-u8", 64).ulysses, 8);
 }

@@ -62,6 +62,17 @@ sweep:
   EXPECT_EQ(filter_cases(s.cases, "^local_only/").size(), 1u);
 }
 
+// ulysses is an axis of hybrid only: the other transports ignore it (one case each).
+TEST(Scenario, UlyssesIsAnAxisOfHybridOnly) {
+  const ScenarioSpec s = parse_scenario("sweep: {transport: [ring, hybrid], ulysses: [1, 2], cp: 4}", "x.yaml");
+  ASSERT_EQ(s.cases.size(), 3u);
+  EXPECT_EQ(s.cases[0].name(), "load_balanced/ring/cp4/causal/float64");
+  EXPECT_EQ(s.cases[0].ulysses, 0);
+  EXPECT_EQ(s.cases[1].name(), "load_balanced/hybrid-u1/cp4/causal/float64");
+  EXPECT_EQ(s.cases[2].ulysses, 2);
+  EXPECT_EQ(s.cases[2].transport_options().ulysses, 2);
+}
+
 TEST(Scenario, ErrorsNameFileAndKey) {
   EXPECT_EQ(error_of("sweep: {cp: [1, 2, four]}"),
             "scenarios/x.yaml: sweep.cp[2]: expected a positive integer, got \"four\"");
@@ -70,7 +81,15 @@ TEST(Scenario, ErrorsNameFileAndKey) {
             std::string::npos);
   EXPECT_NE(error_of("sweep: {sharder: [contiguos]}").find("sweep.sharder[0]: unknown sharder 'contiguos'; known sharders: contiguous"),
             std::string::npos);
-  EXPECT_NE(error_of("sweep: {transport: carrier_pigeon}").find("sweep.transport: unknown attention transport 'carrier_pigeon' (known: allgather, ring)"), std::string::npos);
+  EXPECT_NE(error_of("sweep: {transport: carrier_pigeon}").find("sweep.transport: unknown attention transport 'carrier_pigeon' (known: allgather, ring, a2a, hybrid, a2a_rank_order)"), std::string::npos);
+  // Head-parallel combinations that cannot split: one line naming both numbers (exit 2 in the CLI).
+  EXPECT_EQ(error_of("model: {preset: tiny}\nsweep: {transport: a2a, cp: [2, 3]}"),
+            "scenarios/x.yaml: sweep: cp 3: a2a: 4 query heads are not divisible by the all-to-all degree 3 (the CP "
+            "size) (model.heads 4, model.kv_heads 2)");
+  EXPECT_NE(error_of("sweep: {transport: hybrid, ulysses: 2, cp: 3}").find("hybrid: ulysses 2 does not divide the CP size 3"),
+            std::string::npos);
+  EXPECT_NE(error_of("sweep: {transport: hybrid, cp: 4}").find("sweep.ulysses: transport hybrid needs the Ulysses degree"),
+            std::string::npos);
   EXPECT_NE(error_of("mask: diagonal").find("scenarios/x.yaml: mask:"), std::string::npos);
   EXPECT_NE(error_of("dtype: float8").find("unknown dtype 'float8'"), std::string::npos);
   EXPECT_NE(error_of("batch: {seq_len: 10, documents: [8, 8]}").find("batch.documents: documents sum to 16 tokens"),
