@@ -202,7 +202,7 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
   {
     nvtx::Range range{ctx.nvtx, "ssm_a2a"};
     const at::Tensor blocks = proj.index_select(2, index_tensor(send, dev));
-    mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1) : blocks;
+    mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1, {ctx.nvtx, nullptr}) : blocks;
     count_sent(ctx, blocks, W);
   }
   if (ctx.to_global.defined()) mine = mine.index_select(1, ctx.to_global);
@@ -242,7 +242,7 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
 
   if (ctx.to_rank_order.defined()) y = y.index_select(1, ctx.to_rank_order);
   nvtx::Range range{ctx.nvtx, "ssm_a2a"};
-  at::Tensor out = ctx.comm ? all_to_all_autograd(*ctx.comm, y, 1, 2) : y;  // [R, S_local, d_inner]
+  at::Tensor out = ctx.comm ? all_to_all_autograd(*ctx.comm, y, 1, 2, {ctx.nvtx, nullptr}) : y;  // [R, S_local, d_inner]
   count_sent(ctx, y, W);
   CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
            " (rank ", r, ")");

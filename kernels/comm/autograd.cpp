@@ -84,7 +84,8 @@ at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local
   return AllToAllFunction::apply(local, AllToAllSpec{comm, peers, observer});
 }
 
-at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim, int64_t concat_dim) {
+at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim, int64_t concat_dim,
+                               const AllToAllObserver& observer) {
   CP_CHECK(x.defined(), "all_to_all_autograd: undefined tensor (rank ", comm.rank(), ")");
   const auto norm = [&](int64_t d, const char* what) {
     const int64_t n = d < 0 ? d + x.dim() : d;
@@ -100,7 +101,7 @@ at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, in
   // is the same exchange), and stack / unbind / cat carry the gradient back through the reshaping.
   std::vector<int> everyone(static_cast<size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) everyone[static_cast<size_t>(r)] = r;
-  const at::Tensor got = all_to_all_autograd(comm, at::stack(x.chunk(comm.size(), split), 0), everyone);
+  const at::Tensor got = all_to_all_autograd(comm, at::stack(x.chunk(comm.size(), split), 0), everyone, observer);
   return at::cat(got.unbind(0), concat);
 }
 

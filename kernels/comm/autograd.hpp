@@ -58,7 +58,7 @@ struct AllToAllObserver {
 //   The whole communicator as the group of the all-to-all below (the same collective and backward),
 //   cut and concatenated along tensor dims: the hidden-parallel SSM layers use it.
 [[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& x, int64_t split_dim,
-                                             int64_t concat_dim);
+                                             int64_t concat_dim, const AllToAllObserver& observer = {});
 
 // An IValue that owns a copy of `value`, for AutogradContext::saved_data. IValues hold tensors and
 // scalars but not C++ objects; a capsule around a CustomClassHolder is the one slot that does. Why
