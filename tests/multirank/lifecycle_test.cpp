@@ -21,11 +21,11 @@
 
 #include "../scenario_mutator.hpp"
 #include "harness/fs_util.hpp"
+#include "spawn_cpbench.hpp"
 #include "harness/launcher/launcher.hpp"
 #include "harness/runner/scenario.hpp"
 #include "reports/json_report.hpp"
 
-extern char** environ;
 using namespace cpbench;
 
 namespace {
@@ -46,26 +46,7 @@ std::string slurp(const std::string& path) {
 
 // `cpbench run ARGS` in its own process group (as a shell job), with extra environment entries.
 pid_t start(const std::vector<std::string>& run_args, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> args = {CPBENCH_EXE, "run"};
-  args.insert(args.end(), run_args.begin(), run_args.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) env_s.push_back(*e);
-  for (const auto& e : extra_env) env_s.push_back(e);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, CPBENCH_EXE, nullptr, &attr, argv.data(), envp.data()), 0);
-  posix_spawnattr_destroy(&attr);
-  return pid;
+  return test::spawn_cpbench_run(run_args, extra_env);
 }
 
 // Exit status as a shell reports it (128 + signal when killed); -1 when it did not end in `limit`.

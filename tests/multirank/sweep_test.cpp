@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "harness/fs_util.hpp"
+#include "spawn_cpbench.hpp"
 #include "reports/json_report.hpp"
 
-extern char** environ;
 using namespace cpbench;
 
 namespace {
@@ -44,32 +44,10 @@ struct Child {
 
 // Starts `cpbench run` in its own process group with an extra environment entry.
 Child start(const std::string& scenario, const std::string& out, const std::string& extra_env) {
-  std::vector<std::string> args = {CPBENCH_EXE, "run", scenario, "--out", out};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) env_s.push_back(*e);
-  if (!extra_env.empty()) env_s.push_back(extra_env);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  Child c;
-  EXPECT_EQ(posix_spawn(&c.pid, CPBENCH_EXE, nullptr, &attr, argv.data(), envp.data()), 0);
-  posix_spawnattr_destroy(&attr);
-  return c;
+  return Child{test::spawn_cpbench_run({scenario, "--out", out}, {extra_env})};
 }
 
-int wait_exit(const Child& c) {
-  int status = 0;
-  ::waitpid(c.pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+int wait_exit(const Child& c) { return test::wait_exit_status(c.pid); }
 
 std::string write_scenario(const std::string& dir) {
   const std::string path = dir + "/robustness.yaml";

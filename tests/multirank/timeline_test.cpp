@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "harness/fs_util.hpp"
+#include "spawn_cpbench.hpp"
 #include "reports/json_report.hpp"
 
-extern char** environ;
 using namespace cpbench;
 
 namespace {
@@ -65,23 +65,9 @@ struct Run {
 Run g_run;
 
 int run_cpbench(const std::string& scenario, const std::string& out, const std::string& nvtx_dir) {
-  std::vector<std::string> args = {CPBENCH_EXE, "run", scenario, "--out", out};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) env_s.push_back(*e);
-  env_s.push_back(std::string("NVTX_INJECTION64_PATH=") + CPBENCH_NVTX_RECORDER);
-  env_s.push_back("CPBENCH_NVTX_RECORD_DIR=" + nvtx_dir);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, CPBENCH_EXE, nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return test::wait_exit_status(test::spawn_cpbench_run(
+      {scenario, "--out", out},
+      {std::string("NVTX_INJECTION64_PATH=") + CPBENCH_NVTX_RECORDER, "CPBENCH_NVTX_RECORD_DIR=" + nvtx_dir}));
 }
 
 // One range as the recorder saw it: its name, the enclosing range on the same thread ("" = none).
