@@ -389,9 +389,11 @@ BlockPlan plan_block(const at::Tensor& mask) {
     }
     plan.mask = sub;
     plan.tiles = tile_map(sub);
+    plan.bands = mask_bands(plan.tiles);
   } else {
     plan.mask = mask;
     plan.tiles = std::move(whole);
+    plan.bands = mask_bands(plan.tiles);
   }
   plan.computed_pairs = plan.tiles.computed_pairs;
   return plan;
@@ -469,6 +471,7 @@ BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector
   }
   plan.computed_pairs = m.computed_pairs;
   plan.tiles = std::move(m);
+  plan.bands = mask_bands(plan.tiles);
   return plan;
 }
 

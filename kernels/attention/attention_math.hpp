@@ -46,6 +46,17 @@ struct TileMap {
 // the device.
 [[nodiscard]] TileMap tile_map(const at::Tensor& mask);
 
+// Bands of a masked block for kernels that take a mask tensor: consecutive query tiles whose non-empty
+// cells span key tiles [c0, c1), merged while the merged band computes at most twice the area of its
+// tiles' own spans, so the mask windows together stay within ~2x the non-empty cells' area instead of
+// Sq x Sk. Query tiles with no non-empty cell belong to no band. `masked`: some cell of the band
+// (inside its span) is masked or empty; false: the band is a rectangle of full cells and runs unmasked.
+struct MaskBand {
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;  // rows [r0, r1), cols [c0, c1) of the (trimmed) block
+  bool masked = false;
+};
+[[nodiscard]] std::vector<MaskBand> mask_bands(const TileMap& tiles);
+
 struct BlockPlan {
   BlockKind kind = BlockKind::empty;
   // Sub-block trimming: when only some query rows / key columns of the block can see anything
@@ -63,6 +74,9 @@ struct BlockPlan {
   // the mask of each window they evaluate with plan_mask().
   at::Tensor cell_masks;
   std::vector<int64_t> cell_index;
+  // kind == masked: mask_bands(tiles), computed once with the plan (every layer's forward and backward
+  // of the step reads them).
+  std::vector<MaskBand> bands;
   // kind == masked and the mask is exactly the lower triangle of a square block (query i sees keys
   // j <= i: a diagonal causal block), so a fused kernel runs it with is_causal and no mask tensor.
   // Set by the transports' planner from token metadata (causal_block_plan); tiles describe the
@@ -80,16 +94,6 @@ struct BlockPlan {
 [[nodiscard]] at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
                                    const at::Device& device);
 
-// Bands of a masked block for kernels that take a mask tensor: consecutive query tiles whose non-empty
-// cells span key tiles [c0, c1), merged while the merged band computes at most twice the area of its
-// tiles' own spans, so the mask windows together stay within ~2x the non-empty cells' area instead of
-// Sq x Sk. Query tiles with no non-empty cell belong to no band. `masked`: some cell of the band
-// (inside its span) is masked or empty; false: the band is a rectangle of full cells and runs unmasked.
-struct MaskBand {
-  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;  // rows [r0, r1), cols [c0, c1) of the (trimmed) block
-  bool masked = false;
-};
-[[nodiscard]] std::vector<MaskBand> mask_bands(const TileMap& tiles);
 
 // Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
 [[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);

@@ -209,7 +209,9 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   } else {
     // Band by band (mask_bands): each band's rows see keys only in its span, so its call takes that
     // span and a mask of the band's size; rows in no band see nothing (out 0, lse -inf).
-    const std::vector<MaskBand> bands = mask_bands(plan.tiles);
+    const std::vector<MaskBand>& bands = plan.bands;
+    CP_CHECK(!bands.empty(), "routed_forward: a masked plan with visible pairs has no bands (not made by plan_block / "
+             "plan_from_cells?)");
     const int64_t n = qs.size(2);
     if (bands.size() == 1 && bands[0].r0 == 0 && bands[0].r1 == n) {
       r = fused_forward(qs, ks.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0),
@@ -251,7 +253,8 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
     g.dq = at::zeros(qs.sizes(), qs.options().dtype(cd));
     g.dk = at::zeros(ks.sizes(), ks.options().dtype(cd));
     g.dv = at::zeros(vs.sizes(), vs.options().dtype(cd));
-    for (const MaskBand& band : mask_bands(plan.tiles)) {
+    CP_CHECK(!plan.bands.empty(), "routed_backward: a masked plan with visible pairs has no bands");
+    for (const MaskBand& band : plan.bands) {
       const int64_t nr = band.r1 - band.r0, nc = band.c1 - band.c0;
       const BlockGrads part = fused_backward(ds.narrow(2, band.r0, nr), qs.narrow(2, band.r0, nr),
                                              ks.narrow(2, band.c0, nc), vs.narrow(2, band.c0, nc),

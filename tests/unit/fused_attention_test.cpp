@@ -169,6 +169,7 @@ TEST(FusedBlock, ManyDocumentsRunBandByBandWithoutTheWholeMask) {
     ASSERT_EQ(plan.kind, BlockKind::masked) << mk;
     EXPECT_FALSE(plan.mask.defined()) << mk << ": the plan built the whole [B, S, S] mask";
     const auto bands = kernels::mask_bands(plan.tiles);
+    EXPECT_EQ(plan.bands.size(), bands.size()) << mk << ": the plan's bands are not its tiles' bands";
     int64_t band_area = 0, covered_rows = 0;
     for (const auto& b : bands) {
       band_area += (b.r1 - b.r0) * (b.c1 - b.c0);
