@@ -5,6 +5,9 @@
 #include <map>
 #include <sstream>
 
+#include "reports/statistics.hpp"
+#include "reports/text_format.hpp"
+
 namespace cpbench {
 
 bool Comparison::regressed() const {
@@ -26,13 +29,56 @@ std::string pct(double fraction) {
   os << std::fixed << std::setprecision(1) << fraction * 100 << "%";
   return os.str();
 }
+
+// tokens/s of a result from its samples: the metric scales with 1 / step time, so the ratio of the
+// medians of the step times is the ratio of the throughputs.
+double tokens_per_s(const RunResult& r) {
+  const Metric* m = r.metric("tokens_per_s");
+  return m ? m->value : 0.0;
+}
+
+// Judges two ok results from their samples (opts.threshold etc.); sets the delta's verdict fields.
+void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions& opts, CaseDelta& d) {
+  const auto& bs = b.measurement.step_s;
+  const auto& ns = n.measurement.step_s;
+  d.base_n = static_cast<int64_t>(bs.size());
+  d.new_n = static_cast<int64_t>(ns.size());
+  d.base_tps = tokens_per_s(b);
+  d.new_tps = tokens_per_s(n);
+  const double bm = stats::median(bs), nm = stats::median(ns);
+  if (bm > 0 && nm > 0) d.delta = bm / nm - 1.0;  // tokens/s ratio - 1
+  else if (d.base_tps > 0) d.delta = (d.new_tps - d.base_tps) / d.base_tps;
+  d.noise = std::max(stats::median_noise(bs), stats::median_noise(ns));
+  if (d.delta >= -opts.threshold) return;  // not slower by what matters: ok whatever the evidence
+  const std::string drop = "throughput fell " + pct(-d.delta) + " (threshold " + pct(opts.threshold) + ")";
+  const auto inconclusive = [&](const std::string& why) {
+    d.inconclusive = true;
+    d.why = drop + ", but " + why;
+  };
+  if (d.base_n < opts.min_samples || d.new_n < opts.min_samples)
+    return inconclusive("too few samples (" + std::to_string(d.base_n) + " and " + std::to_string(d.new_n) +
+                        ", need " + std::to_string(opts.min_samples) + " each)");
+  if (!opts.ignore_noisy_verdict) {
+    if (b.measurement.noisy()) return inconclusive("the base run was noisy: " + b.measurement.verdict_reason);
+    if (n.measurement.noisy()) return inconclusive("the new run was noisy: " + n.measurement.verdict_reason);
+  }
+  if (d.noise > opts.max_noise)
+    return inconclusive("the median noise " + pct(d.noise) + " exceeds --max-noise " + pct(opts.max_noise));
+  const stats::MannWhitney u = stats::mann_whitney(bs, ns);
+  d.p_value = u.p_two_sided;
+  if (u.p_two_sided >= opts.alpha)
+    return inconclusive("not significant (Mann-Whitney p = " + num(u.p_two_sided) + " >= alpha " + num(opts.alpha) + ")");
+  d.regression = true;
+  d.why = drop + ", Mann-Whitney p = " + num(u.p_two_sided) + " < alpha " + num(opts.alpha);
+}
 }  // namespace
 
-Comparison compare_reports(const Report& base, const Report& next, double threshold, double max_noise) {
+Comparison compare_reports(const Report& base, const Report& next, const CompareOptions& opts) {
   std::map<std::string, const RunResult*> b, n;
   for (const auto& r : base.results) b[r.name] = &r;
   for (const auto& r : next.results) n[r.name] = &r;
   Comparison c;
+  c.options = opts;
   for (const auto& [name, br] : b) {
     CaseDelta d;
     d.name = name;
@@ -48,26 +94,7 @@ Comparison compare_reports(const Report& base, const Report& next, double thresh
     }
     const RunResult* nr = it->second;
     d.new_status = nr->status;
-    const Metric* bm = br->metric("tokens_per_s");
-    const Metric* nm = nr->metric("tokens_per_s");
-    if (bm && nm && bm->value > 0 && br->status == "ok" && nr->status == "ok") {
-      d.base_tps = bm->value;
-      d.new_tps = nm->value;
-      d.delta = (nm->value - bm->value) / bm->value;
-      // Noise-aware, but capped: a drop within what the runs' own step times varied by is not a
-      // regression, unless they varied so much that no drop could ever be seen.
-      d.spread = std::max(bm->spread, nm->spread);
-      d.allowed = std::max(threshold, std::min(max_noise, d.spread));
-      if (d.delta < -d.allowed) {
-        d.regression = true;
-        d.why = "throughput fell " + pct(-d.delta) + " (allowed " + pct(d.allowed) + ")";
-      } else if (d.spread > max_noise && d.delta < -threshold) {
-        // Slower by more than the threshold, within what the runs varied by, but they varied more
-        // than the cap: this drop may be noise or a regression.
-        d.inconclusive = true;
-        d.why = "spread " + pct(d.spread) + " exceeds --max-noise " + pct(max_noise) + ": too noisy to tell";
-      }
-    }
+    if (br->status == "ok" && nr->status == "ok") judge_samples(*br, *nr, opts, d);
     if (br->status == "ok" && nr->status == "failed") {
       d.regression = true;
       d.inconclusive = false;
@@ -85,26 +112,67 @@ Comparison compare_reports(const Report& base, const Report& next, double thresh
   return c;
 }
 
-std::string comparison_table(const Comparison& c, double threshold, double max_noise) {
+std::string comparison_table(const Comparison& c) {
   std::ostringstream os;
   os << std::left << std::setw(52) << "case" << std::right << std::setw(13) << "base tok/s" << std::setw(13)
-     << "new tok/s" << std::setw(9) << "delta" << std::setw(9) << "allowed" << "  verdict\n";
+     << "new tok/s" << std::setw(9) << "delta" << std::setw(9) << "n" << std::setw(8) << "p" << "  verdict\n";
   int regressions = 0, inconclusive = 0;
   for (const auto& d : c.cases) {
     os << std::left << std::setw(51) << d.name << " " << std::right << std::fixed << std::setprecision(0) << std::setw(13);
     if (d.base_tps > 0) os << d.base_tps; else os << d.base_status;
     os << std::setw(13);
     if (d.new_tps > 0) os << d.new_tps; else os << d.new_status;
-    os << std::setprecision(1) << std::setw(8) << d.delta * 100 << "%" << std::setw(8) << d.allowed * 100 << "%"
-       << "  " << (d.regression ? "REGRESSION: " + d.why : d.inconclusive ? "INCONCLUSIVE: " + d.why : "ok") << "\n";
+    os << std::setprecision(1) << std::setw(8) << d.delta * 100 << "%" << std::setw(9)
+       << (std::to_string(d.base_n) + "/" + std::to_string(d.new_n)) << std::setw(8) << std::setprecision(3)
+       << d.p_value << "  " << (d.regression ? "REGRESSION: " + d.why : d.inconclusive ? "INCONCLUSIVE: " + d.why : "ok")
+       << "\n";
     regressions += d.regression;
     inconclusive += d.inconclusive;
   }
   for (const auto& n : c.only_in_new) os << n << ": only in the new report\n";
   os << c.cases.size() << " cases compared, " << regressions << " regression" << (regressions == 1 ? "" : "s") << ", "
-     << inconclusive << " inconclusive (threshold " << std::setprecision(1) << threshold * 100
-     << "%, or the measured spread when larger, up to " << max_noise * 100 << "%)\n";
+     << inconclusive << " inconclusive (threshold " << std::setprecision(1) << c.options.threshold * 100
+     << "%, Mann-Whitney alpha " << std::setprecision(3) << c.options.alpha << ", at least " << c.options.min_samples
+     << " samples a side, median noise up to " << std::setprecision(1) << c.options.max_noise * 100 << "%)\n";
   return os.str();
+}
+
+Report pool_runs(const std::vector<Report>& runs) {
+  Report out;
+  if (runs.empty()) return out;
+  out = runs.front();
+  out.results.clear();
+  std::map<std::string, size_t> where;
+  const auto rank = [](const std::string& status) { return status == "failed" ? 2 : status == "skipped" ? 1 : 0; };
+  for (const auto& run : runs)
+    for (const auto& r : run.results) {
+      auto it = where.find(r.name);
+      if (it == where.end()) {
+        where[r.name] = out.results.size();
+        out.results.push_back(r);
+        continue;
+      }
+      RunResult& p = out.results[it->second];
+      if (rank(r.status) > rank(p.status)) {
+        p.status = r.status;
+        p.reason = r.reason;
+      }
+      auto& s = p.measurement.step_s;
+      s.insert(s.end(), r.measurement.step_s.begin(), r.measurement.step_s.end());
+      if (r.measurement.noisy() && !p.measurement.noisy()) {
+        p.measurement.verdict = r.measurement.verdict;
+        p.measurement.verdict_reason = r.measurement.verdict_reason;
+      }
+    }
+  // tokens/s of the pooled samples: the first run's value scaled by the ratio of the medians.
+  for (auto& p : out.results)
+    for (auto& m : p.metrics)
+      if (m.name == "tokens_per_s" && !p.measurement.step_s.empty()) {
+        const Metric* step = p.metric("step_s");
+        if (step && step->value > 0) m.value *= step->value / stats::median(p.measurement.step_s);
+      }
+  out.total_cases = static_cast<int64_t>(out.results.size());
+  return out;
 }
 
 }  // namespace cpbench

@@ -44,8 +44,44 @@ json to_json(const RunResult& r) {
   json ranks = json::array();
   for (const auto& s : r.ranks)
     ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
-                     {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s}});
+                     {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s},
+                     {"step_s", s.step_s}, {"attention_flops_computed", s.attention_flops_computed},
+                     {"ssm_s", s.ssm_s}});
   j["ranks"] = ranks;
+  const MeasurementRecord& m = r.measurement;
+  if (!m.step_s.empty() || !m.verdict.empty()) {
+    const MachineState& ms = m.machine;
+    j["measurement"] = {{"step_s", m.step_s},
+                        {"warmup", m.warmup},
+                        {"min_iters", m.min_iters},
+                        {"max_noise", m.max_noise},
+                        {"max_time_s", m.max_time_s},
+                        {"noise", m.noise},
+                        {"stopped_by", m.stopped_by},
+                        {"threads_per_rank", m.threads_per_rank},
+                        {"omp_wait_policy", m.omp_wait_policy},
+                        {"verdict", m.verdict},
+                        {"verdict_reason", m.verdict_reason},
+                        {"slowdown", m.slowdown},
+                        {"machine",
+                         {{"cores", ms.cores},
+                          {"load1_before", ms.load1_before},
+                          {"load1_after", ms.load1_after},
+                          {"others_runnable_mean", ms.others_runnable_mean},
+                          {"others_runnable_max", ms.others_runnable_max},
+                          {"samples", ms.samples},
+                          {"cpu_mhz", ms.cpu_mhz}}}};
+  }
+  if (!r.collectives.empty()) {
+    json cs = json::array();
+    for (const auto& c : r.collectives)
+      cs.push_back({{"collective", c.collective}, {"bytes", c.bytes}, {"calls_per_step", c.calls_per_step},
+                    {"time_s", c.time_s}, {"algbw", c.algbw}, {"busbw", c.busbw}, {"bus_factor", c.bus_factor}});
+    j["collectives"] = cs;
+  }
+  if (!r.peak.flops_source.empty() || !r.peak.link_source.empty())
+    j["peak"] = {{"flops", r.peak.flops}, {"flops_source", r.peak.flops_source},
+                 {"link_bandwidth", r.peak.link_bandwidth}, {"link_source", r.peak.link_source}};
   if (!r.timeline.empty()) {
     json tl = {{"clock", r.timeline.clock}, {"ranks", json::array()}};
     for (const auto& rt : r.timeline.ranks) tl["ranks"].push_back(to_json(rt));
@@ -117,7 +153,41 @@ RunResult run_result_from_json(const json& j) {
     r.metrics.push_back({name, m.value("value", 0.0), m.value("unit", ""), m.value("spread", 0.0)});
   for (const auto& s : j.value("ranks", json::array()))
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
-                       s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0)});
+                       s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0),
+                       s.value("step_s", 0.0), s.value("attention_flops_computed", 0.0), s.value("ssm_s", 0.0)});
+  if (j.contains("measurement")) {  // schema 4
+    const json& m = j.at("measurement");
+    MeasurementRecord& x = r.measurement;
+    x.step_s = m.value("step_s", std::vector<double>{});
+    x.warmup = m.value("warmup", int64_t{0});
+    x.min_iters = m.value("min_iters", int64_t{0});
+    x.max_noise = m.value("max_noise", 0.0);
+    x.max_time_s = m.value("max_time_s", 0.0);
+    x.noise = m.value("noise", 0.0);
+    x.stopped_by = m.value("stopped_by", "");
+    x.threads_per_rank = m.value("threads_per_rank", int64_t{0});
+    x.omp_wait_policy = m.value("omp_wait_policy", "");
+    x.verdict = m.value("verdict", "");
+    x.verdict_reason = m.value("verdict_reason", "");
+    x.slowdown = m.value("slowdown", 0.0);
+    const json ms = m.value("machine", json::object());
+    x.machine.cores = ms.value("cores", int64_t{0});
+    x.machine.load1_before = ms.value("load1_before", 0.0);
+    x.machine.load1_after = ms.value("load1_after", 0.0);
+    x.machine.others_runnable_mean = ms.value("others_runnable_mean", 0.0);
+    x.machine.others_runnable_max = ms.value("others_runnable_max", int64_t{0});
+    x.machine.samples = ms.value("samples", int64_t{0});
+    x.machine.cpu_mhz = ms.value("cpu_mhz", 0.0);
+  }
+  for (const auto& c : j.value("collectives", json::array()))
+    r.collectives.push_back({c.value("collective", ""), c.value("bytes", int64_t{0}), c.value("calls_per_step", int64_t{0}),
+                             c.value("time_s", 0.0), c.value("algbw", 0.0), c.value("busbw", 0.0),
+                             c.value("bus_factor", 0.0)});
+  if (j.contains("peak")) {
+    const json& p = j.at("peak");
+    r.peak = {p.value("flops", 0.0), p.value("flops_source", ""), p.value("link_bandwidth", 0.0),
+              p.value("link_source", "")};
+  }
   if (j.contains("timeline")) r.timeline = timeline_from_json(j.at("timeline"));  // schema 3
   return r;
 }
@@ -153,9 +223,9 @@ Report report_from_json(const json& j) {
     throw std::runtime_error("not a cpbench report (missing \"schema\": \"cpbench-report\")");
   Report r;
   r.schema_version = j.value("schema_version", 0);
-  if (r.schema_version < 1 || r.schema_version > 3)
+  if (r.schema_version < 1 || r.schema_version > 4)
     throw std::runtime_error("unsupported report schema_version " + std::to_string(r.schema_version) +
-                             " (this cpbench reads 1 to 3)");
+                             " (this cpbench reads 1 to 4)");
   const auto sc = j.value("scenario", json::object());
   r.scenario_name = sc.value("name", "");
   r.scenario_file = sc.value("file", "");

@@ -47,10 +47,64 @@ struct TensorError {
 struct RankStats {
   int rank = 0;
   double attention_s = 0;      // median per step: attention maths only (not time blocked in communication)
-  double attention_flops = 0;  // per step (forward), under the actual mask
+  double attention_flops = 0;  // per step (forward), visible (q, k) pairs under the actual mask
   double bytes_sent = 0;       // per step
   double comm_s = 0;           // per step, exposed: time the compute waited for communication
   double transfer_s = 0;       // per step, time communication was in flight (overlapped or not)
+  // Schema 4 (0 in older reports):
+  double step_s = 0;                    // median per step: this rank's whole timed training step
+  double attention_flops_computed = 0;  // per step (forward): whole tiles and bands the kernels computed
+  double ssm_s = 0;                     // median per step: the Mamba layers' SSM sections, fwd + bwd
+};
+
+// The machine around one case's measurement (harness/runner/machine_state.hpp). Sampled on the
+// reporting rank before the first and after every timed step.
+struct MachineState {
+  int64_t cores = 0;                  // cores this process may run on (its CPU affinity)
+  double load1_before = 0, load1_after = 0;  // /proc/loadavg, 1-minute
+  double others_runnable_mean = 0;    // runnable threads outside this run, mean over the samples
+  int64_t others_runnable_max = 0;    // and their maximum
+  int64_t samples = 0;
+  double cpu_mhz = 0;                 // current frequency of CPU 0 where readable, else 0
+};
+
+// How a case was timed (harness/runner/measurement.hpp): nvbench-style, a warm-up, then timed steps
+// until the median's relative noise is below max_noise (after at least min_iters) or max_time_s of
+// timed steps has passed. Every timed step's sample is kept.
+struct MeasurementRecord {
+  std::vector<double> step_s;  // every timed step: the CP group's time (its slowest rank's), seconds
+  int64_t warmup = 0;
+  int64_t min_iters = 0;
+  double max_noise = 0;        // fraction
+  double max_time_s = 0;
+  double noise = 0;            // at the stop: half-width of the median's 95% interval / median
+  std::string stopped_by;      // noise | max_time | max_iters
+  int64_t threads_per_rank = 0;       // intra-op threads of each rank
+  std::string omp_wait_policy;        // OMP_WAIT_POLICY in force (passive: no spinning)
+  MachineState machine;
+  std::string verdict;         // quiet | noisy
+  std::string verdict_reason;  // why noisy
+  double slowdown = 0;         // the CPBENCH_FAULT=slow test hook's fraction on this case (0: none)
+  [[nodiscard]] bool noisy() const { return verdict == "noisy"; }
+};
+
+// One collective the case's step issues, measured alone on the case's process group the way
+// nccl-tests does: `bytes` as nccl-tests sizes it, algbw = bytes / time, busbw = algbw * bus_factor
+// (all_gather, reduce_scatter, all_to_all: (W-1)/W; all_reduce: 2(W-1)/W; sendrecv: 1).
+struct CollectiveBandwidth {
+  std::string collective;
+  int64_t bytes = 0;
+  int64_t calls_per_step = 0;  // how often the step issued it at this size
+  double time_s = 0;           // median over the measurement's iterations, slowest rank
+  double algbw = 0, busbw = 0, bus_factor = 0;  // B/s, B/s, ratio
+};
+
+// The hardware ceilings a case's rates are checked against (harness/runner/device_peaks.hpp).
+struct PeakRecord {
+  double flops = 0;           // FLOP/s per rank in the case's dtype (0: unknown)
+  std::string flops_source;   // "table: H200 bf16 dense", "probe: CPU float32 GEMM", "measure.peak_flops"
+  double link_bandwidth = 0;  // B/s per rank and direction of the link the CP group uses (0: unknown)
+  std::string link_source;
 };
 
 // One interval of a rank's timed step, relative to the step's common start (every rank of the CP group
@@ -96,6 +150,10 @@ struct RunResult {
   std::vector<RankStats> ranks;
   Timeline timeline;  // empty for skipped and failed cases
   double wall_s = 0;
+  // Schema 4: how it was measured, the collectives measured alone, and the ceilings checked.
+  MeasurementRecord measurement;
+  std::vector<CollectiveBandwidth> collectives;
+  PeakRecord peak;
 
   [[nodiscard]] const Metric* metric(const std::string& name) const {
     for (const auto& m : metrics)
@@ -115,8 +173,10 @@ struct Environment {
 };
 
 struct Report {
-  // 3: per-case timeline; 2: per-tensor criterion, mismatch counts, bounds (1 had max_rel/tolerance only)
-  int schema_version = 3;
+  // 4: training-step timing (no gathers), samples, machine state and noise verdict, FLOPs visible and
+  //    computed, peaks and MFU, nccl-tests style collectives; 3: per-case timeline; 2: per-tensor
+  //    criterion, mismatch counts, bounds (1 had max_rel/tolerance only)
+  int schema_version = 4;
   std::string scenario_name, scenario_file;
   Environment env;
   bool partial = false;       // true while running or after an interruption

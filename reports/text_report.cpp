@@ -1,5 +1,8 @@
 #include "reports/text_report.hpp"
 
+#include "reports/perf_report.hpp"
+#include "reports/text_format.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,18 +15,6 @@
 
 namespace cpbench {
 namespace {
-
-std::string num(double v, int digits = 3) {
-  if (!std::isfinite(v)) return v > 0 ? "inf" : (v < 0 ? "-inf" : "nan");
-  std::ostringstream os;
-  os << std::setprecision(digits) << v;
-  return os.str();
-}
-
-std::string metric_text(const RunResult& r, const std::string& name, int digits = 3) {
-  const Metric* m = r.metric(name);
-  return m ? num(m->value, digits) : "";
-}
 
 // The worst tensor's error relative to its bound (<= 1 passes; docs/correctness.md).
 double worst_score(const RunResult& r, std::string* which = nullptr) {
@@ -40,20 +31,6 @@ int64_t mismatches(const RunResult& r) {
   int64_t n = 0;
   for (const auto& e : r.errors) n += e.mismatches;
   return n;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
 }
 
 int64_t count_status(const Report& rep, const std::string& status) {
@@ -341,9 +318,9 @@ std::string markdown_report(const Report& rep) {
   for (const auto& r : rep.results) {
     std::string which;
     const double w = worst_score(r, &which);
-    const Metric* st = r.metric("step_time_s");
+    const Metric* st = r.metric("step_s");
     os << "| " << r.name << " | " << r.status << " | " << (r.outcome.empty() ? "-" : r.outcome) << " | "
-       << metric_text(r, "tokens_per_s", 4) << " | " << metric_text(r, "step_time_s") << " | "
+       << metric_text(r, "tokens_per_s", 4) << " | " << metric_text(r, "step_s") << " | "
        << (st ? num(st->spread * 100, 2) + "%" : "") << " | " << metric_text(r, "attention_flops_imbalance") << " | "
        << metric_text(r, "attention_time_imbalance") << " | " << metric_text(r, "bytes_sent_per_rank") << " | "
        << (r.errors.empty() ? "" : num(w, 2) + " (" + which + ")") << " | "
@@ -373,13 +350,7 @@ std::string markdown_report(const Report& rep) {
     for (const auto& r : rep.results)
       if (r.status != "ok" && !r.reason.empty()) os << "- **" << r.name << "** (" << r.status << "): " << r.reason << "\n";
   }
-  os << "\n## Phases (median seconds per step)\n\n| case | shard | forward | backward | gather | attention comm |\n|---|---:|---:|---:|---:|---:|\n";
-  for (const auto& r : rep.results) {
-    if (!r.metric("phase_forward_s")) continue;
-    os << "| " << r.name << " | " << metric_text(r, "phase_shard_s") << " | " << metric_text(r, "phase_forward_s") << " | "
-       << metric_text(r, "phase_backward_s") << " | " << metric_text(r, "phase_gather_s") << " | "
-       << metric_text(r, "phase_attention_comm_s") << " |\n";
-  }
+  os << markdown_performance(rep);
   os << "\n## Per-rank attention work\n\n| case | rank | attention time (s) | attention FLOPs | bytes sent |\n|---|---:|---:|---:|---:|\n";
   for (const auto& r : rep.results)
     for (const auto& rs : r.ranks)
@@ -437,11 +408,12 @@ std::string html_report(const Report& rep) {
     for (const auto& r : rep.results) {
       const std::string svg = svg_timeline(r);
       if (svg.empty()) continue;
-      os << "<div class='timeline'><b>" << html_escape(r.name) << "</b> (step " << metric_text(r, "step_time_s")
+      os << "<div class='timeline'><b>" << html_escape(r.name) << "</b> (step " << metric_text(r, "step_s")
          << " s median, attention imbalance " << metric_text(r, "attention_flops_imbalance") << ")<br>" << svg
          << "</div>";
     }
   }
+  os << html_performance(rep);
   os << "<h2>Throughput against CP size</h2>" << svg_throughput(rep);
   os << "<h2>Error against the single-rank reference (worst error / its bound; tick = 1, docs/correctness.md)</h2>" << svg_errors(rep);
   os << "<h2>Cases</h2><table><tr><th>case</th><th>status</th><th>outcome</th><th>tokens/s</th><th>step s</th>"
@@ -451,7 +423,7 @@ std::string html_report(const Report& rep) {
     const double w = worst_score(r, &which);
     os << "<tr><td>" << html_escape(r.name) << "</td><td class='" << r.status << "'>" << r.status << "</td><td>"
        << (r.outcome.empty() ? "-" : r.outcome) << "</td><td>" << metric_text(r, "tokens_per_s", 4) << "</td><td>"
-       << metric_text(r, "step_time_s") << "</td><td>" << metric_text(r, "attention_flops_imbalance") << "</td><td>"
+       << metric_text(r, "step_s") << "</td><td>" << metric_text(r, "attention_flops_imbalance") << "</td><td>"
        << metric_text(r, "bytes_sent_per_rank") << "</td><td>" << (r.errors.empty() ? "" : num(w, 2) + " " + html_escape(which))
        << "</td><td>" << (r.errors.empty() ? "" : std::to_string(mismatches(r))) << "</td><td style='text-align:left'>" << html_escape(r.reason) << "</td></tr>";
   }

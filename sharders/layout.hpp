@@ -62,7 +62,7 @@ class Layout {
   [[nodiscard]] virtual GlobalLayout compute(const LayoutRequest& request) const = 0;
 };
 
-// load_balanced's head-tail layout under another sharder's name (sdpa_wrap, local_only differ from
+// load_balanced's head-tail layout under another sharder's name (sdpa_wrap differs from
 // load_balanced only in how attention is reached: their registry entries say how).
 [[nodiscard]] std::unique_ptr<Layout> make_head_tail_layout(std::string name, std::string summary);
 

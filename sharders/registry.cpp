@@ -13,11 +13,7 @@ std::unique_ptr<Layout> make_load_balanced_layout();
 std::unique_ptr<Layout> make_striped_layout();
 std::unique_ptr<Layout> make_thd_layout();
 std::unique_ptr<Layout> make_sdpa_wrap_layout();
-std::unique_ptr<Layout> make_local_only_layout();
 std::unique_ptr<Layout> make_workload_balanced_layout();
-std::unique_ptr<Layout> make_perturbed_layout();
-std::unique_ptr<Layout> make_grad_dropped_layout();
-std::unique_ptr<Layout> make_ssm_rank_order_layout();
 
 namespace {
 struct Entry {
@@ -34,11 +30,7 @@ const std::vector<Entry>& entries() {
       {"striped", {}, make_striped_layout},
       {"thd", {}, make_thd_layout},
       {"sdpa_wrap", {}, make_sdpa_wrap_layout, AttentionRouting::sdpa_hook},
-      {"local_only", {}, make_local_only_layout, AttentionRouting::local_only},
       {"workload_balanced", {}, make_workload_balanced_layout},
-      {"perturbed", {}, make_perturbed_layout, AttentionRouting::perturbed},
-      {"grad_dropped", {}, make_grad_dropped_layout, AttentionRouting::grad_dropped},
-      {"ssm_rank_order", {}, make_ssm_rank_order_layout, AttentionRouting::ssm_rank_order},
   };
   return all;
 }
@@ -56,12 +48,6 @@ const Entry& entry(const std::string& name) {
 std::shared_ptr<const Layout> make_layout(const std::string& name) { return entry(name).make(); }
 
 AttentionRouting attention_routing(const std::string& name) { return entry(name).routing; }
-
-bool is_negative_control(const std::string& name) {
-  const AttentionRouting r = attention_routing(name);
-  return r == AttentionRouting::local_only || r == AttentionRouting::perturbed || r == AttentionRouting::grad_dropped ||
-         r == AttentionRouting::ssm_rank_order;
-}
 
 std::vector<std::string> known_layouts() {
   std::vector<std::string> names;

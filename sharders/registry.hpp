@@ -12,14 +12,7 @@ namespace cpbench {
 enum class AttentionRouting {
   transport,   // the model's attention calls the CP transport directly
   sdpa_hook,   // the CP transport is installed at the model's SDPA hook point for each forward
-  local_only,    // negative control: attends to local keys only (wrong on purpose)
-  perturbed,     // negative control: one rank's attention output off by a small relative amount
-  grad_dropped,  // negative control: a few tokens' dK/dV dropped on one rank (gradient only)
-  ssm_rank_order,  // negative control: attention as `transport`, but SSM layers scan the all-to-all's
-                   // rank order without undoing the layout's chunk order
 };
-// True for the negative controls (wrong on purpose): planners and recommendations skip them.
-[[nodiscard]] bool is_negative_control(const std::string& name);
 
 // Throws cpbench::UsageError listing the known names when `name` is unknown.
 [[nodiscard]] std::shared_ptr<const Layout> make_layout(const std::string& name);

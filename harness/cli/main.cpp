@@ -5,10 +5,14 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 
 #include "sharders/core/version.hpp"
 #include "harness/fs_util.hpp"
+#include "harness/cli/ab_command.hpp"
 #include "harness/cli/layout_command.hpp"
 #include "harness/cli/plan_command.hpp"
 #include "harness/runner/sweep.hpp"
@@ -43,18 +47,30 @@ cpbench::Report load_report(const std::string& path) {
   }
 }
 
-int run_compare(const std::string& base_path, const std::string& new_path, double threshold_pct, double max_noise_pct) {
+int run_compare(const std::string& base_path, const std::string& new_path, const cpbench::CompareOptions& options) {
   const cpbench::Report base = load_report(base_path), next = load_report(new_path);
   if (base.partial) std::cerr << "cpbench compare: warning: " << base_path << " is a partial report\n";
   if (next.partial) std::cerr << "cpbench compare: warning: " << new_path << " is a partial report\n";
-  const auto c = cpbench::compare_reports(base, next, threshold_pct / 100.0, max_noise_pct / 100.0);
-  std::cout << cpbench::comparison_table(c, threshold_pct / 100.0, max_noise_pct / 100.0);
+  const auto c = cpbench::compare_reports(base, next, options);
+  std::cout << cpbench::comparison_table(c);
   return c.exit_status();
+}
+
+// A rank joined under torchrun / SLURM computes in this process: OpenMP reads OMP_WAIT_POLICY when
+// the runtime loads, before main, so it is set by running this executable again with it (once; spawned
+// ranks get it from the launcher). Spinning waits on a shared machine collapse whenever anything else
+// runs (docs/measurement.md).
+void passive_openmp_waits(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || !std::getenv("RANK") || argv[1] == nullptr || std::string(argv[1]) != "run")
+    return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: run on with active waits
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  passive_openmp_waits(argv);
   CLI::App app{"cpbench: context-parallel sequence sharding, correctness and throughput"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text);
@@ -88,16 +104,32 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
 
   std::string compare_base, compare_new;
-  double compare_threshold = 5.0, compare_max_noise = cpbench::kDefaultMaxNoise * 100;
-  auto* compare_cmd = app.add_subcommand("compare", "compare two report.json files; exit 1 on a regression");
-  compare_cmd->add_option("base", compare_base, "baseline report.json")->required();
-  compare_cmd->add_option("new", compare_new, "new report.json")->required();
-  compare_cmd->add_option("--threshold", compare_threshold, "allowed throughput drop in percent (default 5)")
+  cpbench::CompareOptions compare_opts;
+  double compare_threshold = compare_opts.threshold * 100, compare_max_noise = compare_opts.max_noise * 100;
+  cpbench::AbOptions ab_opts;
+  auto* compare_cmd = app.add_subcommand(
+      "compare", "compare two report.json files (or, with --ab, two builds on one scenario); exit 1 on a regression");
+  compare_cmd->add_option("base", compare_base, "baseline report.json (with --ab: the scenario YAML)");
+  compare_cmd->add_option("new", compare_new, "new report.json (not with --ab)");
+  compare_cmd->add_option("--threshold", compare_threshold,
+                          "throughput drop that counts, in percent (default 5): the effect size")
       ->check(CLI::Range(0.0, 100.0));
+  compare_cmd->add_option("--alpha", compare_opts.alpha, "Mann-Whitney U significance level (default 0.05)")
+      ->check(CLI::Range(1e-9, 0.5));
+  compare_cmd->add_option("--min-samples", compare_opts.min_samples,
+                          "timed samples a side needs to be judged (default 5); fewer: inconclusive")
+      ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
   compare_cmd->add_option("--max-noise", compare_max_noise,
-                          "largest measured spread accepted as noise, in percent (default 25); noisier cases are "
-                          "inconclusive (exit 4)")
+                          "largest median noise (half its 95% interval, in percent of it; default 10) a side may "
+                          "have; noisier cases are inconclusive (exit 4)")
       ->check(CLI::Range(0.0, 1000.0));
+  compare_cmd->add_option("--ab", ab_opts.base_exe,
+                          "A/B mode: BASELINE_CPBENCH runs the scenario interleaved with this build, case by case");
+  compare_cmd->add_option("--new-exe", ab_opts.new_exe, "A/B mode: the new build (default: this executable)");
+  compare_cmd->add_option("--rounds", ab_opts.rounds, "A/B mode: runs per case and side, in ABBA order (default 2)");
+  compare_cmd->add_option("--out", ab_opts.out_dir, "A/B mode: where both sides' reports go (default cpbench-ab)");
+  compare_cmd->add_option("--filter", ab_opts.filter, "A/B mode: only cases whose name matches this regex");
+  compare_cmd->add_option("-a,--axis", ab_opts.overrides, "A/B mode: key=[v1,v2] axis override for both builds");
 
   cpbench::RankCommandOptions rank_opts;
   auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
@@ -120,7 +152,20 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);
-    if (*compare_cmd) return run_compare(compare_base, compare_new, compare_threshold, compare_max_noise);
+    if (*compare_cmd) {
+      compare_opts.threshold = compare_threshold / 100.0;
+      compare_opts.max_noise = compare_max_noise / 100.0;
+      if (!ab_opts.base_exe.empty()) {
+        if (compare_base.empty() || !compare_new.empty())
+          throw cpbench::UsageError("compare --ab BASELINE_CPBENCH SCENARIO: give exactly one scenario file");
+        ab_opts.scenario = compare_base;
+        ab_opts.compare = compare_opts;
+        return cpbench::run_ab_command(ab_opts);
+      }
+      if (compare_base.empty() || compare_new.empty())
+        throw cpbench::UsageError("compare BASE.json NEW.json: give both reports (or --ab BASELINE_CPBENCH SCENARIO)");
+      return run_compare(compare_base, compare_new, compare_opts);
+    }
   } catch (const cpbench::UsageError& e) {
     std::cerr << "cpbench: " << e.what() << "\n";
     return 2;

@@ -186,6 +186,9 @@ LaunchResult launch(const LaunchOptions& o) {
     env["LOCAL_WORLD_SIZE"] = std::to_string(o.world_size);
     env["MASTER_ADDR"] = o.master_addr;
     env["MASTER_PORT"] = std::to_string(result.master_port);
+    // Ranks share the machine's cores: an OpenMP thread that spin-waits steals a core from another rank
+    // (or from anything else running), so waiting threads sleep unless the user chose otherwise.
+    env.emplace("OMP_WAIT_POLICY", "PASSIVE");
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
     std::vector<char*> envp;

@@ -82,6 +82,8 @@ struct SsmStepContext {
   // When set, += the bytes this rank's all-to-alls send to other ranks: (W-1)/W of each exchanged
   // tensor, counted twice (the backward's reverse all-to-all sends as many).
   int64_t* bytes_sent = nullptr;
+  // When set, times every layer's SSM section (scan and all-to-alls, forward and backward).
+  class SectionClock* clock = nullptr;
 };
 // The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
 [[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,

@@ -1,5 +1,7 @@
 #include "harness/model/model.hpp"
 
+#include "harness/model/section_clock.hpp"
+
 #include <cmath>
 
 #include "sharders/batch.hpp"
@@ -173,7 +175,8 @@ ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_
       CP_CHECK(ssm != nullptr, "model: layer with mixer M (Mamba) but no SSM context was passed to forward");
       const at::Tensor proj = at::linear(rms_norm(x, L.ssm_norm), L.in_proj);
       const at::Tensor z = proj.narrow(-1, 0, c.ssm.d_inner());
-      const at::Tensor y = mamba_ssm_forward(proj, L.ssm, c.ssm, *ssm);
+      const at::Tensor y = ssm->clock ? ssm->clock->leave(mamba_ssm_forward(ssm->clock->enter(proj), L.ssm, c.ssm, *ssm))
+                                      : mamba_ssm_forward(proj, L.ssm, c.ssm, *ssm);
       x = x + at::linear(y * at::silu(z), L.out_proj);
     } else {
       at::Tensor h = rms_norm(x, L.attn_norm);

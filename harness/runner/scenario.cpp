@@ -1,8 +1,11 @@
 #include "harness/runner/scenario.hpp"
 
+#include "kernels/controls/control.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -104,6 +107,26 @@ int64_t read_int(const Ctx& c, const YAML::Node& n, const std::string& path, int
   return v;
 }
 
+// A finite number > 0 and, when `max_value` > 0 is given, <= it.
+double read_positive(const Ctx& c, const YAML::Node& n, const std::string& path, double max_value = 0) {
+  double v = 0;
+  bool ok = n.IsScalar();
+  if (ok) {
+    const std::string& s = n.Scalar();
+    size_t pos = 0;
+    try {
+      v = std::stod(s, &pos);
+      ok = pos == s.size() && std::isfinite(v) && v > 0 && (max_value <= 0 || v <= max_value);
+    } catch (...) {
+      ok = false;
+    }
+  }
+  if (!ok)
+    c.fail(path, "expected a number > 0" + (max_value > 0 ? " and <= " + std::to_string(max_value) : std::string()) +
+                     ", got " + scalar_text(n));
+  return v;
+}
+
 std::string read_str(const Ctx& c, const YAML::Node& n, const std::string& path) {
   if (!n.IsScalar()) c.fail(path, "expected a string, got " + scalar_text(n));
   return n.Scalar();
@@ -172,10 +195,13 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
+    if (find_control(v)) return;
     try {
       (void)make_layout(v);
     } catch (const UsageError& e) {
-      c.fail(p, e.what());
+      std::string controls;
+      for (const auto& n : known_controls()) controls += (controls.empty() ? "" : ", ") + n;
+      c.fail(p, std::string(e.what()) + "; negative controls: " + controls);
     }
   };
   auto transport_ok = [&](const std::string& p, const std::string& v) {
@@ -327,9 +353,20 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     if (!(root["batch"] && root["batch"]["seed"])) s.batch.seed = seed + 1;
   }
   if (const auto m = root["measure"]) {
-    check_keys(c, m, "measure", {"warmup", "iters"});
+    check_keys(c, m, "measure", {"warmup", "iters", "max_noise", "max_time_s", "max_iters", "peak_flops"});
     if (m["warmup"]) s.measure.warmup = read_int(c, m["warmup"], "measure.warmup", 0);
     if (m["iters"]) s.measure.iters = read_int(c, m["iters"], "measure.iters", 1);
+    if (m["max_noise"]) s.measure.max_noise = read_positive(c, m["max_noise"], "measure.max_noise", 1.0);
+    if (m["max_time_s"]) {
+      // 0 is allowed: time exactly `iters` steps.
+      const bool zero = m["max_time_s"].IsScalar() && (m["max_time_s"].Scalar() == "0" || m["max_time_s"].Scalar() == "0.0");
+      s.measure.max_time_s = zero ? 0.0 : read_positive(c, m["max_time_s"], "measure.max_time_s");
+    }
+    if (m["max_iters"]) s.measure.max_iters = read_int(c, m["max_iters"], "measure.max_iters", 1);
+    if (s.measure.max_iters < s.measure.iters)
+      c.fail("measure.max_iters", "must be >= measure.iters (" + std::to_string(s.measure.iters) + "), got " +
+                                      std::to_string(s.measure.max_iters));
+    if (m["peak_flops"]) s.measure.peak_flops = read_positive(c, m["peak_flops"], "measure.peak_flops");
   }
 
   // Top-level axis defaults, then each sweep block.
@@ -401,7 +438,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
               for (const auto& dt : a.dtype)
                 for (const auto& ex : a.expect) {
                   CaseSpec cs;
-                  cs.sharder = make_layout(sh)->name();  // aliases resolve to the canonical name
+                  cs.sharder = find_control(sh) ? sh : make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
                   cs.ulysses = ul;
                   cs.cp = cp;

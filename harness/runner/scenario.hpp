@@ -11,15 +11,12 @@
 
 #include "harness/model/data.hpp"
 #include "harness/model/model.hpp"
+#include "harness/runner/measurement.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/mask.hpp"
 
 namespace cpbench {
 
-struct MeasureSpec {
-  int64_t warmup = 0;  // untimed iterations before timing
-  int64_t iters = 1;   // timed iterations (the first also feeds the reference check)
-};
 
 // What a case must show against the single-rank reference: `mismatch` marks a negative control.
 enum class Expect { match, mismatch };

@@ -21,6 +21,7 @@
 #include "harness/launcher/launcher.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
+#include "harness/runner/machine_state.hpp"
 #include "harness/runner/platform.hpp"
 #include "harness/runner/scenario.hpp"
 #include "kernels/comm/process_group.hpp"
@@ -102,9 +103,9 @@ void progress_line(int64_t done, int64_t total, const RunResult& r, double elaps
 int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cases, const comm::RankEnv& env,
                       const std::string& results_dir, int64_t done_before, int64_t total, double elapsed_before,
                       int64_t* skipped = nullptr) {
-  // Ranks share this node's cores (LOCAL_WORLD_SIZE of them here, whatever the job's size).
-  at::set_num_threads(
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size)));
+  // Ranks share this node's cores (LOCAL_WORLD_SIZE of them here, whatever the job's size): never
+  // oversubscribe, or the intra-op threads' waits collapse whenever anything else runs.
+  at::set_num_threads(static_cast<int>(threads_per_rank(env.local_world_size)));
   comm::RendezvousOptions ro;
   ro.master_addr = env.master_addr;
   ro.master_port = static_cast<std::uint16_t>(env.master_port);
@@ -117,10 +118,15 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.local_rank = env.local_rank;
   rt.local_world_size = env.local_world_size;
   rt.store = comm::connect_store(ro);
-  const auto t0 = std::chrono::steady_clock::now();
-  int64_t done = done_before;
   const char* fault_env = std::getenv("CPBENCH_FAULT");
   const FaultSpec fault = parse_fault(fault_env ? fault_env : "");
+  if (fault.kind == "slow") {
+    rt.slow_case = fault.case_index;
+    rt.slow_rank = fault.rank;
+    rt.slow_fraction = fault.slow_fraction;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t done = done_before;
   const std::string& fault_kind = fault.kind;
   const int64_t fault_case = fault.case_index;
   const int fault_rank = fault.rank;
@@ -201,12 +207,19 @@ FaultSpec parse_fault(const std::string& text) {
   FaultSpec f;
   if (text.empty()) return f;
   const std::string what = "CPBENCH_FAULT=\"" + text +
-                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, CASE a case index and RANK a rank "
-                           "(a test hook, docs/scenarios.md)";
-  const auto a = text.find(':'), b = text.rfind(':');
-  CP_CHECK_USAGE(a != std::string::npos && b != a, what);
-  f.kind = text.substr(0, a);
-  CP_CHECK_USAGE(f.kind == "crash" || f.kind == "hang" || f.kind == "throw", what);
+                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, or slow:CASE:RANK:PERCENT with "
+                           "PERCENT in (0, 1000], CASE a case index and RANK a rank (a test hook, docs/scenarios.md)";
+  std::vector<std::string> parts;
+  for (size_t from = 0;;) {
+    const size_t colon = text.find(':', from);
+    parts.push_back(text.substr(from, colon == std::string::npos ? std::string::npos : colon - from));
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  f.kind = parts[0];
+  const bool slow = f.kind == "slow";
+  CP_CHECK_USAGE(f.kind == "crash" || f.kind == "hang" || f.kind == "throw" || slow, what);
+  CP_CHECK_USAGE(parts.size() == (slow ? 4u : 3u), what);
   auto number = [&](const std::string& t, int64_t max) {
     int64_t v = -1;
     const bool digits = !t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
@@ -214,8 +227,19 @@ FaultSpec parse_fault(const std::string& text) {
     CP_CHECK_USAGE(digits && v <= max, what);
     return v;
   };
-  f.case_index = number(text.substr(a + 1, b - a - 1), std::numeric_limits<int64_t>::max());
-  f.rank = static_cast<int>(number(text.substr(b + 1), std::numeric_limits<int>::max()));
+  f.case_index = number(parts[1], std::numeric_limits<int64_t>::max());
+  f.rank = static_cast<int>(number(parts[2], std::numeric_limits<int>::max()));
+  if (slow) {
+    double pct = 0;
+    size_t pos = 0;
+    try {
+      pct = std::stod(parts[3], &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    CP_CHECK_USAGE(pos == parts[3].size() && pos > 0 && pct > 0 && pct <= 1000, what);
+    f.slow_fraction = pct / 100.0;
+  }
   return f;
 }
 

@@ -51,13 +51,16 @@ struct RankCommandOptions {
 // The hidden `_rank` subcommand: one rank of a spawned group.
 int rank_command(const RankCommandOptions& options);
 
-// The robustness tests' fault hook, CPBENCH_FAULT="KIND:CASE:RANK" with KIND crash (abort), hang
-// (sleep an hour) or throw (an Error), CASE a case index and RANK a global rank: that rank does KIND
-// when it reaches that case. Unset or empty: no fault. Anything else: UsageError naming the variable.
+// The test hooks, CPBENCH_FAULT="KIND:CASE:RANK" with KIND crash (abort), hang (sleep an hour) or
+// throw (an Error), CASE a case index and RANK a global rank: that rank does KIND when it reaches that
+// case; or "slow:CASE:RANK:PERCENT": each timed step of that case on that rank is lengthened by PERCENT %
+// of its own duration (PERCENT in (0, 1000], proving the regression gate). Unset or empty: no fault.
+// Anything else: UsageError naming the variable.
 struct FaultSpec {
   std::string kind;  // "" = none
   int64_t case_index = -1;
   int rank = -1;
+  double slow_fraction = 0;  // slow: PERCENT / 100
 };
 [[nodiscard]] FaultSpec parse_fault(const std::string& text);
 

@@ -16,6 +16,10 @@ at::Tensor Communicator::staged(const at::Tensor& t) const {
   return device_ && t.device() != *device_ ? t.to(*device_).contiguous() : t.contiguous();
 }
 
+void Communicator::logged(const char* collective, const at::Tensor& t) const {
+  if (log_) log_->push_back({collective, static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size())});
+}
+
 bool Communicator::is_gloo() const { return backend_ && backend_->getBackendName() == "gloo"; }
 
 at::Tensor Communicator::all_gather(const at::Tensor& local) const {
@@ -26,6 +30,7 @@ at::Tensor Communicator::all_gather(const at::Tensor& local) const {
   shape[0] *= size_;
   at::Tensor out = at::empty(shape, in.options());
   // Gloo's _allgather_base needs no coalescing; one Work per call.
+  logged("all_gather", out);
   backend_->_allgather_base(out, in)->wait();
   return out.to(local.device());
 }
@@ -41,6 +46,7 @@ at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& full) const {
   at::Tensor out = at::empty(shape, in.options());
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
+  logged("reduce_scatter", in);
   backend_->_reduce_scatter_base(out, in, opts)->wait();
   return out.to(full.device());
 }
@@ -72,6 +78,7 @@ at::Tensor Communicator::all_to_all(const at::Tensor& local, const std::vector<i
   // [rows, bytes]: the split sizes count rows of dim 0 whatever the dtype and rank of the tensor.
   at::Tensor in_bytes = in.view({in.size(0), -1}).view(at::kByte);
   at::Tensor out_bytes = out.view({out.size(0), -1}).view(at::kByte);
+  logged("all_to_all", in);
   backend_->alltoall_base(out_bytes, in_bytes, out_splits, splits)->wait();
   return out.to(local.device());
 }
@@ -86,6 +93,7 @@ void Communicator::all_reduce_sum(at::Tensor& t) const {
   if (!backend_) return;
   CP_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor, got shape ", shape_str(t.sizes()));
   std::vector<at::Tensor> ts{staged(t)};
+  logged("all_reduce", t);
   backend_->allreduce(ts)->wait();
   if (!ts[0].is_same(t)) t.copy_(ts[0]);
 }
@@ -114,6 +122,7 @@ void Communicator::recv(at::Tensor& t, int src, int tag) const {
 Communicator::Exchange Communicator::post_exchange(const at::Tensor& send_buf, int dst, at::Tensor& recv_buf,
                                                    int src, int tag) const {
   Exchange ex;
+  logged("sendrecv", send_buf);
   std::vector<at::Tensor> s{send_buf};
   std::vector<at::Tensor> r{recv_buf};
   if (is_gloo()) {

@@ -7,10 +7,21 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace cpbench::comm {
+
+// One collective a Communicator issued, as nccl-tests sizes it: `bytes` is the all-gather's output,
+// the reduce-scatter's input, the all-to-all's (and all-reduce's) buffer on one rank, the bytes one
+// rank sends in a send/receive exchange.
+struct CollectiveCall {
+  std::string collective;  // all_gather | reduce_scatter | all_to_all | all_reduce | sendrecv
+  int64_t bytes = 0;
+};
+using CallLog = std::vector<CollectiveCall>;
 
 class Communicator {
  public:
@@ -55,10 +66,15 @@ class Communicator {
   void barrier() const;
 
   [[nodiscard]] const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+  // While set, every collective of this communicator and of its copies made meanwhile (the autograd
+  // nodes of a step keep copies for their backward) is appended to `log`. Null: nothing is recorded.
+  void set_call_log(std::shared_ptr<CallLog> log) { log_ = std::move(log); }
 
  private:
   c10::intrusive_ptr<c10d::Backend> backend_;
   [[nodiscard]] at::Tensor staged(const at::Tensor& t) const;
+  void logged(const char* collective, const at::Tensor& t) const;
+  std::shared_ptr<CallLog> log_;
   int rank_ = 0;
   int size_ = 1;
   std::optional<at::Device> device_;

@@ -38,7 +38,8 @@ struct AttentionStats {
   double compute_seconds = 0;       // attention maths (forward and backward)
   double comm_seconds = 0;          // time blocked in communication (exposed, not overlapped)
   int64_t bytes_sent = 0;           // bytes this rank sent (forward and backward), per the transport's formula
-  double flops = 0;                 // attention FLOPs actually computed (4*D per visible (q,k) pair and head, fwd)
+  double flops = 0;                 // attention FLOPs of the visible (q,k) pairs (4*D per pair and head, fwd)
+  double flops_computed = 0;        // attention FLOPs the kernels computed: whole tiles and bands (fwd)
   int64_t visible_pairs = 0;        // (q, k) pairs visible under the mask for this rank's queries, summed over batch (per head)
   int64_t calls = 0;
   double transfer_seconds = 0;      // time the exchanges were in flight, post to completion (overlapped or not)

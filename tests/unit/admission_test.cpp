@@ -197,8 +197,16 @@ TEST(FaultHook, ParsesValidAndRefusesBadValues) {
   EXPECT_EQ(f.kind, "hang");
   EXPECT_EQ(f.case_index, 2);
   EXPECT_EQ(f.rank, 1);
+  const FaultSpec slow = parse_fault("slow:3:0:25");
+  EXPECT_EQ(slow.kind, "slow");
+  EXPECT_EQ(slow.case_index, 3);
+  EXPECT_EQ(slow.rank, 0);
+  EXPECT_DOUBLE_EQ(slow.slow_fraction, 0.25);
+  EXPECT_DOUBLE_EQ(parse_fault("slow:0:1:2.5").slow_fraction, 0.025);
   for (const char* bad : {"bogus", "crash", "crash:1", "explode:1:0", "hang:x:1", "hang:1:y", "hang::1", "hang:1:",
-                          "hang:-1:0", "throw:99999999999999999999999:0", "throw:1:99999999999", ":1:2", "hang:1:2:3"}) {
+                          "hang:-1:0", "throw:99999999999999999999999:0", "throw:1:99999999999", ":1:2", "hang:1:2:3",
+                          "slow:1:0", "slow:1:0:", "slow:1:0:x", "slow:1:0:0", "slow:1:0:-5", "slow:1:0:1001",
+                          "slow:1:0:25:1", "slow:a:0:25", "slow:1:0:25%"}) {
     try {
       (void)parse_fault(bad);
       ADD_FAILURE() << bad << " was accepted";

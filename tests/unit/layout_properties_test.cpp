@@ -110,7 +110,6 @@ const std::vector<Unpacked>& unpacked_layouts() {
       {"zigzag", "load_balanced", 2, expected_head_tail},
       {"striped", "striped", 1, expected_striped},
       {"sdpa_wrap", "sdpa_wrap", 2, expected_head_tail},
-      {"local_only", "local_only", 2, expected_head_tail},
   };
   return all;
 }
@@ -242,8 +241,7 @@ TEST(LayoutProperties, RequestValidationNamesTheField) {
 
 TEST(LayoutProperties, RegistryFlagsAndAliases) {
   EXPECT_EQ(known_layouts(),
-            (std::vector<std::string>{"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "local_only",
-                                      "workload_balanced", "perturbed", "grad_dropped", "ssm_rank_order"}));
+            (std::vector<std::string>{"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "workload_balanced"}));
   for (const char* alias : {"round_robin", "head_tail", "zigzag"}) EXPECT_EQ(make_layout(alias)->name(), "load_balanced");
   for (const auto& name : known_layouts()) {
     auto layout = make_layout(name);
@@ -253,15 +251,10 @@ TEST(LayoutProperties, RegistryFlagsAndAliases) {
     EXPECT_EQ(layout->data_dependent(), name == "thd" || name == "workload_balanced") << name;
   }
   EXPECT_EQ(attention_routing("sdpa_wrap"), AttentionRouting::sdpa_hook);
-  EXPECT_EQ(attention_routing("local_only"), AttentionRouting::local_only);
   EXPECT_EQ(attention_routing("load_balanced"), AttentionRouting::transport);
   EXPECT_EQ(attention_routing("round_robin"), AttentionRouting::transport);
   EXPECT_EQ(attention_routing("thd"), AttentionRouting::transport);
-  EXPECT_EQ(attention_routing("perturbed"), AttentionRouting::perturbed);
-  EXPECT_EQ(attention_routing("grad_dropped"), AttentionRouting::grad_dropped);
-  EXPECT_EQ(attention_routing("ssm_rank_order"), AttentionRouting::ssm_rank_order);
-  for (const auto& name : known_layouts())
-    EXPECT_EQ(is_negative_control(name), name == "local_only" || name == "perturbed" || name == "grad_dropped" ||
-                                             name == "ssm_rank_order")
-        << name;
+  // The negative controls are not layouts (kernels/controls/): they shard with one.
+  for (const char* control : {"local_only", "perturbed", "grad_dropped", "ssm_rank_order"})
+    EXPECT_THROW((void)make_layout(control), UsageError) << control;
 }

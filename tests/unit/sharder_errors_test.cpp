@@ -103,7 +103,7 @@ TEST(SharderErrors, MissingLabels) {
 TEST(SharderErrors, UnknownSharderIsAUsageErrorListingKnownNames) {
   const std::string msg = error_of<UsageError>([] { (void)make_layout("ring_attention"); });
   EXPECT_TRUE(contains_all(msg, {"unknown sharder 'ring_attention'", "contiguous", "load_balanced", "round_robin",
-                                 "head_tail", "zigzag", "striped", "thd", "sdpa_wrap", "local_only"}));
+                                 "head_tail", "zigzag", "striped", "thd", "sdpa_wrap"}));
   EXPECT_EQ(msg, "unknown sharder 'ring_attention'; known sharders: " + known_layouts_text());
   EXPECT_NE(known_layouts_text().find("load_balanced (aliases round_robin, head_tail, zigzag)"), std::string::npos);
 }

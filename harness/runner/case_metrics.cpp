@@ -1,0 +1,193 @@
+#include "harness/runner/case_metrics.hpp"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "reports/statistics.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+namespace {
+
+constexpr int kSummaryFields = 14;
+
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+std::string sci(double v) {
+  std::ostringstream os;
+  os.precision(3);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& s) {
+  at::Tensor mine = at::tensor({s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.ssm_s,
+                                s.flops_visible, s.flops_computed, s.bytes, s.ssm_bytes, s.shard_s, s.forward_s,
+                                s.backward_s, 0.0, 0.0},
+                               at::kDouble);
+  const at::Tensor all = x.comm.all_gather(mine.to(x.device)).to(at::kCPU).view({x.c.cp, kSummaryFields}).contiguous();
+  std::vector<RankSummary> out;
+  const double* p = all.data_ptr<double>();
+  for (int64_t r = 0; r < x.c.cp; ++r, p += kSummaryFields)
+    out.push_back({p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]});
+  return out;
+}
+
+double model_matmul_params(const CaseContext& x) {
+  double n = 0;
+  for (const auto& [name, p] : x.params)
+    if (p.dim() >= 2 && name.rfind("embed", 0) != 0) n += static_cast<double>(p.numel());
+  return n;
+}
+
+void record_outcome(const CaseSpec& c, RunResult& res) {
+  bool all_ok = true;
+  std::string first_bad;
+  for (const auto& e : res.errors) {
+    if (!e.ok && first_bad.empty()) first_bad = e.tensor + " " + e.worst;
+    all_ok = all_ok && e.ok;
+  }
+  const Expect outcome = all_ok ? Expect::match : Expect::mismatch;
+  res.outcome = to_string(outcome);
+  if (outcome == c.expect) {
+    res.status = "ok";
+  } else {
+    res.status = "failed";
+    res.reason = c.expect == Expect::match
+                     ? "differs from the single-rank reference: " + first_bad
+                     : "negative control: expected a mismatch with the reference, but every tensor matched";
+  }
+}
+
+void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std::vector<RankSummary>& ranks,
+                    const Outputs& got, double reference_s, RunResult& res) {
+  const CaseSpec& c = x.c;
+  const auto add = [&](const std::string& name, double v, const char* unit, double spread = 0) {
+    res.metrics.push_back({name, v, unit, spread});
+  };
+  const double step_s = stats::median(m.step_s);
+  const double spread = stats::range_spread(m.step_s);
+  const double tokens = static_cast<double>(x.data.real_tokens);  // of this CP group's batch
+  add("tokens_per_s", step_s > 0 ? tokens * static_cast<double>(c.dp) / step_s : 0, "tokens/s", spread);
+  add("step_s", step_s, "s", spread);
+  add("step_noise", m.noise, "fraction");
+
+  // The step's parts, on the slowest rank of each (per rank in `ranks` below).
+  double attention_s = 0, attention_compute_s = 0, ssm_s = 0, max_f = 0, sum_f = 0, max_t = 0, sum_t = 0, max_b = 0,
+         max_transfer = 0, sum_visible = 0, sum_computed = 0, rate_of_slowest = 0, max_computed_rate = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankSummary& s = ranks[r];
+    RankStats rs;
+    rs.rank = static_cast<int>(r);
+    rs.attention_s = s.attention_compute_s;
+    rs.attention_flops = s.flops_visible;
+    rs.attention_flops_computed = s.flops_computed;
+    rs.bytes_sent = s.bytes;
+    rs.comm_s = s.attention_wait_s;
+    rs.transfer_s = s.transfer_s;
+    rs.step_s = s.step_s;
+    rs.ssm_s = s.ssm_s;
+    res.ranks.push_back(rs);
+    const double visible_train = kStepFactor * s.flops_visible, computed_train = kStepFactor * s.flops_computed;
+    if (s.attention_s() >= attention_s) {
+      attention_s = s.attention_s();
+      rate_of_slowest = attention_s > 0 ? visible_train / attention_s : 0;
+    }
+    attention_compute_s = std::max(attention_compute_s, s.attention_compute_s);
+    if (s.attention_compute_s > 0) max_computed_rate = std::max(max_computed_rate, computed_train / s.attention_compute_s);
+    ssm_s = std::max(ssm_s, s.ssm_s);
+    max_f = std::max(max_f, s.flops_visible);
+    sum_f += s.flops_visible;
+    max_t = std::max(max_t, s.attention_compute_s);
+    sum_t += s.attention_compute_s;
+    max_b = std::max(max_b, s.bytes);
+    max_transfer = std::max(max_transfer, s.transfer_s);
+    sum_visible += visible_train;
+    sum_computed += computed_train;
+  }
+  add("attention_s", attention_s, "s");
+  add("attention_compute_s", attention_compute_s, "s");
+  if (x.s.model.has_ssm()) add("ssm_s", ssm_s, "s");
+  add("other_s", std::max(0.0, step_s - attention_s - ssm_s), "s");
+  const RankSummary& r0 = ranks.front();
+  add("phase_shard_s", r0.shard_s, "s");
+  add("phase_forward_s", r0.forward_s, "s");
+  add("phase_backward_s", r0.backward_s, "s");
+  // Exposed: the time the compute waited for communication; transfer: the time it was in flight.
+  add("attention_exposed_comm_s", r0.attention_wait_s, "s");
+  add("attention_transfer_s", r0.transfer_s, "s");
+  if (x.cp_rank == 0) add("reference_step_s", reference_s, "s");
+
+  // Work and rate.
+  const double n = static_cast<double>(c.cp);
+  add("attention_flops_visible", sum_visible / n, "flop");  // per rank and training step (mean)
+  add("attention_flops_computed", sum_computed / n, "flop");
+  add("attention_kernel_efficiency", sum_computed > 0 ? sum_visible / sum_computed : 1.0, "ratio");
+  add("attention_tflops_per_s", rate_of_slowest / 1e12, "TFLOP/s");
+  add("attention_computed_tflops_per_s_max", max_computed_rate / 1e12, "TFLOP/s");
+  const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible;
+  const double model_rate = step_s > 0 ? model_flops / step_s : 0;
+  add("model_flops", model_flops, "flop");
+  add("model_tflops_per_s", model_rate / 1e12, "TFLOP/s");
+  add("model_tflops_per_s_per_rank", model_rate / n / 1e12, "TFLOP/s");
+  if (res.peak.flops > 0) add("mfu", model_rate / n / res.peak.flops, "ratio");
+  if (res.peak.flops > 0) add("attention_mfu", rate_of_slowest / res.peak.flops, "ratio");
+  for (const auto& cb : res.collectives)
+    if (res.peak.link_bandwidth > 0)
+      add("busbw_vs_nominal:" + cb.collective + ":" + std::to_string(cb.bytes), cb.busbw / res.peak.link_bandwidth,
+          "ratio");
+
+  add("attention_flops_imbalance", sum_f > 0 ? max_f / (sum_f / n) : 1.0, "ratio");
+  add("attention_time_imbalance", sum_t > 0 ? max_t / (sum_t / n) : 1.0, "ratio");
+  add("bytes_sent_per_rank", max_b, "bytes");
+  // Bytes over the time they were in flight, overlapped or not: the transport's effective transfer rate
+  // inside the step (not a link bandwidth: the collectives measured alone give algbw / busbw).
+  add("attention_transfer_rate", max_transfer > 0 ? max_b / max_transfer : 0, "B/s");
+  // Mamba layers (hidden-parallel): every rank sends the same, so rank 0's count is per rank.
+  if (x.s.model.has_ssm()) add("ssm_a2a_bytes_per_rank", r0.ssm_bytes, "bytes");
+  add("peak_rss", static_cast<double>(peak_rss_bytes()), "bytes");
+  if (x.cuda) {
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(x.device.index());
+    add("peak_gpu_allocated",
+        static_cast<double>(st.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak),
+        "bytes");
+  }
+  if (got.loss.defined()) add("loss", got.loss.item<double>(), "nats");
+}
+
+std::string impossible_rates(const RunResult& res) {
+  const auto value = [&](const char* name) {
+    const Metric* m = res.metric(name);
+    return m ? m->value : 0.0;
+  };
+  if (res.peak.flops > 0) {
+    const double attn = value("attention_computed_tflops_per_s_max") * 1e12;
+    if (attn > res.peak.flops)
+      return "impossible rate: attention computed " + sci(attn) + " FLOP/s on one rank, above the peak " +
+             sci(res.peak.flops) + " FLOP/s (" + res.peak.flops_source + "): the run measured something else";
+    const double model = value("model_tflops_per_s_per_rank") * 1e12;
+    if (model > res.peak.flops)
+      return "impossible rate: model " + sci(model) + " FLOP/s per rank, above the peak " + sci(res.peak.flops) +
+             " FLOP/s (" + res.peak.flops_source + "): the run measured something else";
+  }
+  if (res.peak.link_bandwidth > 0)
+    for (const auto& cb : res.collectives)
+      if (cb.busbw > res.peak.link_bandwidth)
+        return "impossible bandwidth: " + cb.collective + " of " + std::to_string(cb.bytes) + " B at busbw " +
+               sci(cb.busbw) + " B/s, above the link's nominal " + sci(res.peak.link_bandwidth) + " B/s (" +
+               res.peak.link_source + "): the run measured something else";
+  return "";
+}
+
+}  // namespace cpbench

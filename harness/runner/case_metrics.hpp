@@ -1,0 +1,57 @@
+#pragma once
+// A case's numbers from what its ranks measured: throughput, the step's parts, work and rate (FLOPs
+// visible and computed, TFLOP/s, MFU), bytes, imbalance, and the check of every rate against the
+// hardware. Reads plain records and writes RunResult (metrics, ranks, status); reporters read that.
+//
+// Definitions (docs/measurement.md):
+//   step_s                     median of the CP group's step time (its slowest rank's, per step)
+//   attention_s                the slowest rank's transport time per step: forward + backward over all
+//                              layers, compute + time blocked on communication
+//   ssm_s                      the slowest rank's Mamba SSM sections (scan + all-to-alls), fwd + bwd
+//   other_s                    step_s - attention_s - ssm_s (projections, MLP, loss, shard, all-reduce)
+//   attention_flops_visible    per rank and step, training (fwd + bwd): the visible (q, k) pairs'
+//                              FLOPs, the FlashAttention convention (causal ~ half)
+//   attention_flops_computed   the same for the whole tiles and bands the kernels computed
+//   attention_kernel_efficiency  visible / computed (summed over ranks)
+//   attention_tflops_per_s     visible FLOPs / attention_s; per rank, and the slowest rank's
+//   model_tflops_per_s         (6 N tokens + visible attention FLOPs) / step_s for the CP group;
+//                              N = parameters in matrix products (all but the embedding table)
+//   mfu                        model FLOP/s per rank / the rank's peak FLOP/s
+#include <string>
+#include <vector>
+
+#include "harness/runner/case_context.hpp"
+#include "harness/runner/reference_run.hpp"
+#include "reports/result.hpp"
+
+namespace cpbench {
+
+// One rank's medians over the timed steps (seconds per step) and its per-step work.
+struct RankSummary {
+  double step_s = 0, attention_compute_s = 0, attention_wait_s = 0, transfer_s = 0, ssm_s = 0;
+  double flops_visible = 0, flops_computed = 0;  // forward, per step
+  double bytes = 0, ssm_bytes = 0;
+  double shard_s = 0, forward_s = 0, backward_s = 0;
+  [[nodiscard]] double attention_s() const { return attention_compute_s + attention_wait_s; }
+};
+
+// Every CP rank's summary, in rank order (a collective over the CP group).
+[[nodiscard]] std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& mine);
+
+// FLOPs in matrix products per token and forward pass: 2 x the parameters of every >= 2-D weight but
+// the embedding table (a lookup).
+[[nodiscard]] double model_matmul_params(const CaseContext& x);
+
+// Sets status / outcome / reason from the check's errors and the case's expectation.
+void record_outcome(const CaseSpec& c, RunResult& res);
+
+// Fills res.metrics and res.ranks (global rank 0 only).
+void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std::vector<RankSummary>& ranks,
+                    const Outputs& got, double reference_s, RunResult& res);
+
+// Why the result's rates are impossible on its hardware ("" if they are not): an achieved FLOP/s above
+// res.peak.flops (the fastest rank's computed attention FLOPs over its attention compute time, or the
+// model FLOP/s per rank), or a collective's busbw above res.peak.link_bandwidth. Names both numbers.
+[[nodiscard]] std::string impossible_rates(const RunResult& res);
+
+}  // namespace cpbench

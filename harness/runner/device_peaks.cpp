@@ -1,0 +1,112 @@
+#include "harness/runner/device_peaks.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace cpbench {
+
+const std::vector<DevicePeak>& device_peak_table() {
+  // NVIDIA datasheets, dense tensor-core figures (the sparse ones are twice these).
+  static const std::vector<DevicePeak> table = {
+      //  name    bf16      fp16      fp32     fp64     HBM B/s   NVLink B/s per direction
+      {"A100", 312e12, 312e12, 19.5e12, 19.5e12, 2.039e12, 300e9},
+      {"H100", 989.4e12, 989.4e12, 66.9e12, 66.9e12, 3.35e12, 450e9},
+      {"H200", 989.4e12, 989.4e12, 66.9e12, 66.9e12, 4.8e12, 450e9},
+      {"B200", 2.25e15, 2.25e15, 75e12, 37e12, 8e12, 900e9},
+  };
+  return table;
+}
+
+std::optional<DevicePeak> find_device_peak(const std::string& device_name) {
+  for (const auto& d : device_peak_table())
+    if (device_name.find(d.name) != std::string::npos) return d;
+  return std::nullopt;
+}
+
+double peak_flops(const DevicePeak& d, at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return d.bf16;
+    case at::kHalf:
+      return d.fp16;
+    case at::kFloat:
+      return d.fp32;
+    default:
+      return d.fp64;
+  }
+}
+
+namespace {
+template <class F>
+double best_seconds(int runs, F&& f) {
+  double best = 1e300;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+}  // namespace
+
+double cpu_gemm_probe(at::ScalarType dtype, bool again) {
+  static std::map<at::ScalarType, double> cache;
+  if (auto it = cache.find(dtype); it != cache.end() && !again) return it->second;
+  // 512^3 multiply-adds: ~10 ms per run at 30 GFLOP/s, large enough for the BLAS's blocked kernel.
+  constexpr int64_t n = 512;
+  const at::Tensor a = at::randn({n, n}, at::kFloat).to(dtype), b = at::randn({n, n}, at::kFloat).to(dtype);
+  at::Tensor c = at::empty({n, n}, a.options());
+  at::mm_out(c, a, b);  // first call: the BLAS's own set-up
+  const double s = best_seconds(5, [&] { at::mm_out(c, a, b); });
+  return cache[dtype] = std::max(cache[dtype], 2.0 * static_cast<double>(n * n * n) / s);
+}
+
+double cpu_copy_probe(bool again) {
+  static double cached = 0;
+  if (cached > 0 && !again) return cached;
+  constexpr int64_t bytes = 64LL << 20;  // beyond any last-level cache
+  const at::Tensor src = at::ones({bytes}, at::kByte);
+  at::Tensor dst = at::empty({bytes}, at::kByte);
+  dst.copy_(src);
+  const double s = best_seconds(3, [&] { dst.copy_(src); });
+  return cached = std::max(cached, static_cast<double>(bytes) / s);
+}
+
+PeakRecord rank_peaks(at::ScalarType dtype, bool cuda, const std::string& gpu_name, int64_t ranks_per_gpu, bool nccl,
+                      double measure_peak_flops, bool again) {
+  PeakRecord p;
+  const std::string dt = c10::toString(dtype);
+  const int64_t sharing = std::max<int64_t>(1, ranks_per_gpu);
+  const std::string shared = sharing > 1 ? " / " + std::to_string(sharing) + " ranks sharing it" : "";
+  if (cuda) {
+    if (const auto d = find_device_peak(gpu_name)) {
+      p.flops = peak_flops(*d, dtype) / static_cast<double>(sharing);
+      p.flops_source = "table: " + d->name + " " + dt + " dense" + shared;
+      if (nccl && sharing == 1) {
+        p.link_bandwidth = d->link_bandwidth;
+        p.link_source = "table: " + d->name + " NVLink per direction";
+      }
+    } else {
+      p.flops_source = "unknown GPU '" + gpu_name + "' (not in the peak table; set measure.peak_flops)";
+    }
+  } else {
+    const bool low = dtype == at::kBFloat16 || dtype == at::kHalf;
+    p.flops = low ? std::max(cpu_gemm_probe(dtype, again), cpu_gemm_probe(at::kFloat, again)) : cpu_gemm_probe(dtype, again);
+    p.flops_source = "probe: CPU " + std::string(low ? dt + " / Float" : dt) + " GEMM, " +
+                     std::to_string(at::get_num_threads()) + " thread(s)";
+  }
+  if (p.link_bandwidth == 0) {
+    p.link_bandwidth = cpu_copy_probe(again);
+    p.link_source = "probe: host memory copy";
+  }
+  if (measure_peak_flops > 0) {
+    p.flops = measure_peak_flops;
+    p.flops_source = "measure.peak_flops";
+  }
+  return p;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,48 @@
+#pragma once
+// The hardware ceilings a measured rate is checked against: a table of data-centre GPUs' dense peaks
+// (vendor datasheets, no sparsity), and for CPU ranks short probes run in the rank itself with its own
+// thread count (a GEMM for FLOP/s, a large copy for memory bandwidth). A rate above its ceiling is
+// impossible: the run measured something else, and the case fails (case_metrics.hpp).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+
+#include "reports/result.hpp"
+
+namespace cpbench {
+
+struct DevicePeak {
+  std::string name;     // matched as a substring of the CUDA device name, e.g. "H200"
+  double bf16 = 0, fp16 = 0, fp32 = 0, fp64 = 0;  // FLOP/s, dense (fp32: CUDA cores, no TF32;
+                                                  // fp64: the tensor-core figure where higher)
+  double memory_bandwidth = 0;  // B/s, HBM
+  double link_bandwidth = 0;    // B/s per GPU and direction, NVLink (half the bidirectional figure)
+};
+
+// A100 SXM, H100 SXM, H200, B200.
+[[nodiscard]] const std::vector<DevicePeak>& device_peak_table();
+// The table's entry for a CUDA device name ("NVIDIA H200" -> H200), or nullopt.
+[[nodiscard]] std::optional<DevicePeak> find_device_peak(const std::string& device_name);
+// The entry's FLOP/s for a dtype (float64, float32, bfloat16, float16).
+[[nodiscard]] double peak_flops(const DevicePeak& d, at::ScalarType dtype);
+
+// The ceilings of one rank. `measure_peak_flops` > 0 overrides the FLOP/s (scenario key
+// measure.peak_flops). CUDA: the table's entry for `gpu_name` divided among the `ranks_per_gpu` ranks
+// sharing the GPU, with NVLink as the link when each rank has its own GPU under NCCL (`nccl`), else the
+// host copy probe (Gloo stages through host memory); an unlisted GPU has no FLOP/s ceiling (0, the
+// source says so). CPU: the GEMM probe in the case's dtype (16-bit dtypes: the larger of it and the
+// float32 probe, since the kernels accumulate in float32) and the host copy probe as the link.
+// `again`: CPU probes measured anew (see cpu_gemm_probe).
+[[nodiscard]] PeakRecord rank_peaks(at::ScalarType dtype, bool cuda, const std::string& gpu_name, int64_t ranks_per_gpu,
+                                    bool nccl, double measure_peak_flops, bool again = false);
+
+// FLOP/s of a square GEMM in `dtype` on this process's CPU with its current intra-op thread count: the
+// best of a few runs (a practical peak, measured once per process and dtype, then cached). `again`:
+// measure anew and keep the larger (a probe that ran while the machine was busy reads low).
+[[nodiscard]] double cpu_gemm_probe(at::ScalarType dtype, bool again = false);
+// B/s of a large host copy (bytes copied / time), best of a few; once per process, then cached.
+[[nodiscard]] double cpu_copy_probe(bool again = false);
+
+}  // namespace cpbench

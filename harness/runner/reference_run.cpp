@@ -1,0 +1,66 @@
+#include "harness/runner/reference_run.hpp"
+
+#include <chrono>
+
+#include "harness/model/mamba.hpp"
+#include "harness/runner/reference_check.hpp"
+#include "kernels/attention/reference.hpp"
+#include "sharders/core/nvtx.hpp"
+
+namespace cpbench {
+
+at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); }
+
+namespace {
+
+// The unsharded batch on one rank through `model`, with plain masked attention.
+Outputs run_reference(const CaseContext& x, TinyTransformer& model, const GlobalData& data) {
+  model->zero_grad();
+  const TokenMeta& m = data.reference_meta;
+  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return local_attention(q, k, v, m, m, x.c.mask, x.scale);
+  };
+  const Batch& b = data.batch;
+  at::Tensor embeds;
+  if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
+  std::optional<SsmStepContext> ssm;
+  if (x.s.model.has_ssm())
+    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm.conv, model->parameters()[0].scalar_type(), x.device);
+  ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
+                                   *b.position_ids, attn, ssm ? &*ssm : nullptr);
+  at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
+  loss.backward();
+  Outputs ref;
+  ref.loss = loss.detach();
+  ref.logits = out.logits.detach();
+  ref.x0_grad = out.x0.grad().detach();
+  for (const auto& p : model->parameters()) ref.grads.push_back(grad_or_zeros(p).detach().clone());
+  return ref;
+}
+
+}  // namespace
+
+References run_references(CaseContext& x) {
+  nvtx::Range range{x.nvtx, "reference"};
+  const auto t = std::chrono::steady_clock::now();
+  References r;
+  if (!judged_by_precision(x.c.dtype)) {
+    r.exact = run_reference(x, x.model, x.data);
+  } else {
+    r.single = run_reference(x, x.model, x.data);
+    TinyTransformer model64(x.s.model, at::kDouble, x.device);
+    {
+      at::NoGradGuard no_grad;
+      const auto lp = x.model->parameters();
+      const auto hp = model64->parameters();
+      for (size_t i = 0; i < hp.size(); ++i) hp[i].copy_(lp[i].to(at::kDouble));
+    }
+    GlobalData data64 = x.data;
+    if (data64.batch.inputs_embeds) data64.batch.inputs_embeds = data64.batch.inputs_embeds->to(at::kDouble);
+    r.exact = run_reference(x, model64, data64);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  return r;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,35 @@
+#pragma once
+// The single-rank reference a case's CP step is judged against (docs/correctness.md), and the record
+// both sides fill: loss, logits, dL/d(x0) and every parameter gradient in the caller's coordinates.
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "harness/runner/case_context.hpp"
+
+namespace cpbench {
+
+// What the single-rank reference and the CP step are compared on.
+struct Outputs {
+  at::Tensor loss, logits, x0_grad;  // logits and dL/d(x0) in the caller's [B, S, ...] coordinates
+  std::vector<at::Tensor> grads;     // every parameter's gradient, in CaseContext::params order
+  at::Tensor owner;                  // [B, S]: the CP rank owning each input position (-1: dropped)
+};
+
+// float64 / float32: the single-rank run in the case's dtype (`exact`). bfloat16 / float16: a float64
+// reference (`exact`, the same rounded parameters and inputs upcast) and the single-rank run in the
+// case's dtype (`single`), whose error against float64 is the precision's own.
+struct References {
+  Outputs exact, single;
+  double seconds = 0;  // wall time of both
+};
+
+// Runs on the first rank of each CP group (the others do not call it). Leaves the case model's
+// gradients set; the CP step zeroes them.
+[[nodiscard]] References run_references(CaseContext& x);
+
+// A parameter the forward did not use (the embedding when inputs_embeds is the primary) has no
+// gradient; for the comparison and the all-reduce it is exactly zero.
+[[nodiscard]] at::Tensor grad_or_zeros(const at::Tensor& p);
+
+}  // namespace cpbench

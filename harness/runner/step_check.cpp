@@ -1,0 +1,64 @@
+#include "harness/runner/step_check.hpp"
+
+#include "harness/runner/reference_check.hpp"
+#include "sharders/core/nvtx.hpp"
+
+namespace cpbench {
+
+std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got, const References& ref,
+                                       const char* step) {
+  nvtx::Range range{x.nvtx, "check"};
+  std::vector<TensorError> errs;
+  if (x.cp_rank == 0) {
+    const bool precision = judged_by_precision(x.c.dtype);
+    const ElementwiseBound bound = elementwise_bound(x.c.dtype);
+    const PrecisionRule rule;
+    // Logits at padding positions are not part of the model's contract (the shard may drop them).
+    const at::Tensor valid = x.data.batch.padding_mask->logical_not().unsqueeze(-1).to(at::kCPU);
+    const auto masked = [&](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) * valid : t; };
+    const auto check = [&](const std::string& name, const at::Tensor& cp, const at::Tensor& exact,
+                           const at::Tensor& single, const ElementNames& names) {
+      TensorError e = precision ? compare_precision(name, cp, single, exact, rule, names)
+                                : compare_elementwise(name, cp, exact, bound, names);
+      e.step = step;
+      errs.push_back(std::move(e));
+    };
+    check("loss", got.loss, ref.exact.loss, ref.single.loss, {});
+    check("logits", masked(got.logits), masked(ref.exact.logits), masked(ref.single.logits), {{"b", "s", "v"}, &got.owner});
+    check(x.data.batch.inputs_embeds ? "grad:inputs_embeds" : "grad:embeddings_out", got.x0_grad, ref.exact.x0_grad,
+          ref.single.x0_grad, {{"b", "s", "h"}, &got.owner});
+    double grad_scale = 0;
+    for (const auto& g : ref.exact.grads) grad_scale = std::max(grad_scale, g.abs().max().item<double>());
+    for (size_t i = 0; i < x.params.size(); ++i)
+      check("grad:" + x.params[i].first, got.grads[i], ref.exact.grads[i],
+            precision ? ref.single.grads[i] : at::Tensor(), {{"i", "j"}, nullptr, grad_scale});
+  }
+  if (x.world_pg) {
+    // Data-parallel replicas check their own batches; the report takes the worst of them.
+    comm::Communicator world(x.world_pg->backend_ptr());
+    const int64_t n = static_cast<int64_t>(x.params.size()) + 3;
+    at::Tensor worst = at::zeros({n}, at::kDouble);
+    for (size_t i = 0; i < errs.size(); ++i) worst[static_cast<int64_t>(i)] = errs[i].score;
+    world.all_reduce_max(worst);
+    for (size_t i = 0; i < errs.size(); ++i) {
+      const double w = worst[static_cast<int64_t>(i)].item<double>();
+      if (w > errs[i].score) {
+        errs[i].score = w;
+        errs[i].ok = w <= 1.0;
+        errs[i].worst += " (another data-parallel replica is worse: error/bound " + std::to_string(w) + ")";
+      }
+    }
+  }
+  return errs;
+}
+
+// Per tensor, the worse of the first and the last checked step.
+std::vector<TensorError> worse_of(std::vector<TensorError> first, const std::vector<TensorError>& last) {
+  for (size_t i = 0; i < first.size() && i < last.size(); ++i) {
+    const bool last_worse = (!last[i].ok && first[i].ok) || (last[i].ok == first[i].ok && last[i].score > first[i].score);
+    if (last_worse) first[i] = last[i];
+  }
+  return first;
+}
+
+}  // namespace cpbench

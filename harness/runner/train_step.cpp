@@ -1,0 +1,183 @@
+#include "harness/runner/train_step.hpp"
+
+#include <chrono>
+
+#include "harness/model/mamba.hpp"
+#include "harness/model/section_clock.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/comm/autograd.hpp"
+#include "sharders/core/nvtx.hpp"
+
+namespace cpbench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Every CP rank's [B, S_local] metadata, in rank order along dim 1: [B, W * S_local].
+TokenMeta gather_meta(const comm::Communicator& comm, const TokenMeta& local) {
+  // One collective for the four fields: [4, B, S] -> [W * 4, B, S].
+  const at::Tensor stacked = at::stack({local.pos, local.segment, local.doc, local.valid.to(at::kLong)});
+  const at::Tensor all = comm.all_gather(stacked).view({comm.size(), 4, local.batch(), local.tokens()});
+  const auto field = [&](int64_t i) { return all.select(1, i).permute({1, 0, 2}).reshape({local.batch(), -1}); };
+  return TokenMeta{field(0), field(1), field(2), field(3).to(at::kBool)};
+}
+
+// A token tensor [B, S_local, ...] of every rank, in the caller's coordinates [B, S, ...]: all-gather,
+// then the sharder's gather verb (which restores the global order and trims the padding).
+at::Tensor gather_tokens(const comm::Communicator& comm, const Sharder& sharder, const at::Tensor& local) {
+  const at::Tensor full = all_gather_autograd(comm, local, 1);
+  return sharder.gather_token_tensor(full.chunk(comm.size(), 1), 1, /*trim=*/true, 0.0);
+}
+
+// The transport's spans of one step as timeline events, relative to the step's start.
+void add_attention_spans(const AttentionStats& stats, clock_type::time_point start, RankTimeline& trace) {
+  const auto rel = [&](clock_type::time_point t) { return std::chrono::duration<double>(t - start).count(); };
+  for (const auto& sp : stats.spans) {
+    TimelineEvent e;
+    e.name = sp.name;
+    e.start_s = rel(sp.begin);
+    e.dur_s = std::chrono::duration<double>(sp.end - sp.begin).count();
+    switch (sp.kind) {
+      case AttentionSpan::Kind::compute:
+        e.lane = "compute";
+        e.kind = "compute";
+        break;
+      case AttentionSpan::Kind::wait:
+        e.lane = "compute";
+        e.kind = "wait";
+        break;
+      case AttentionSpan::Kind::transfer:
+        e.lane = "comm";
+        e.kind = "transfer";
+        break;
+      case AttentionSpan::Kind::transfer_grad:
+        e.lane = "comm_grad";
+        e.kind = "transfer";
+        break;
+    }
+    trace.events.push_back(std::move(e));
+  }
+}
+
+}  // namespace
+
+StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, StepState* keep) {
+  const CaseSpec& c = x.c;
+  StepTimes t;
+  x.sync();
+  x.comm.barrier();
+  stats.reset();
+  stats.record_spans = trace != nullptr;
+  const auto t_step = clock_type::now();
+  // CUDA: the transports time their spans with device events; this one, taken with the device idle
+  // (synchronized above), maps them onto the host clock of t_step.
+  const comm::DeviceTime anchor = x.cuda ? comm::DeviceTime::now(x.device) : comm::DeviceTime{};
+  const nvtx::Range step_range{x.nvtx, "step"};
+  const auto mark = [&](const char* phase, clock_type::time_point from) {
+    const auto to = clock_type::now();
+    if (trace)
+      trace->events.push_back({phase, "phases", "phase", std::chrono::duration<double>(from - t_step).count(),
+                               std::chrono::duration<double>(to - from).count()});
+    return std::chrono::duration<double>(to - from).count();
+  };
+  auto t0 = clock_type::now();
+  StepState local_state;
+  StepState& st = keep ? *keep : local_state;
+  st.sharder.emplace(x.layout, SharderOptions{c.cp, x.cp_rank, x.s.batch.padding_token_id, c.mask, 0});
+  Sharder& sharder = *st.sharder;
+  Batch local;
+  TokenMeta local_meta, all_meta;
+  std::shared_ptr<const kernels::PlanCache> plans;
+  std::optional<SsmStepContext> ssm;
+  SectionClock ssm_clock(x.device);
+  {
+    nvtx::Range range{x.nvtx, "shard"};
+    local = sharder.shard(x.data.batch);
+    // The attention runs on what each rank's shard returned: its own tokens' metadata, and every
+    // rank's gathered in rank order (the layout's local order per rank).
+    local_meta = sharder.attention_meta(local).to(x.device);
+    all_meta = gather_meta(x.comm, local_meta);
+    // Block plans for the whole step, from the metadata on the host (one copy from the device under
+    // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
+    plans = x.transport->make_plans(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
+    // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
+    // resets, once per step.
+    if (x.s.model.has_ssm()) {
+      const bool undo_chunk_order = !(x.control && x.control->ssm_scans_rank_order());
+      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm.conv, c.dtype, x.device, x.nvtx,
+                                 undo_chunk_order));
+      ssm->bytes_sent = &t.ssm_bytes;
+      ssm->clock = &ssm_clock;
+    }
+  }
+  x.sync();
+  t.shard = mark("shard", t0);
+
+  t0 = clock_type::now();
+  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false};
+  AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return x.transport->attend(q, k, v, ctx);
+  };
+  const SsmStepContext* ssm_ptr = ssm ? &*ssm : nullptr;
+  x.model->zero_grad();
+  {
+    nvtx::Range range{x.nvtx, "forward"};
+    if (x.routing == AttentionRouting::sdpa_hook) {
+      // The model's own attention is plain local SDPA; the wrap installs the CP transport at the hook
+      // point for this forward only.
+      AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
+      };
+      SdpaHookGuard guard(*x.model, cp_attn);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
+    } else {
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr);
+    }
+    at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
+    x.comm.all_reduce_sum(count);
+    st.loss = token_loss_sum(st.out.logits, *local.labels, local.loss_mask) / count;
+  }
+  x.sync();
+  t.forward = mark("forward", t0);
+
+  t0 = clock_type::now();
+  {
+    nvtx::Range range{x.nvtx, "backward"};
+    st.loss.backward();
+    // Parameter gradients: sum of the CP ranks' partial gradients, in one flat buffer.
+    std::vector<at::Tensor> grads;
+    for (auto& [name, p] : x.params) grads.push_back(grad_or_zeros(p).flatten());
+    at::Tensor flat = at::cat(grads);
+    x.comm.all_reduce_sum(flat);
+    int64_t off = 0;
+    for (auto& [name, p] : x.params) {
+      const int64_t n = p.numel();
+      p.mutable_grad() = flat.narrow(0, off, n).view_as(p).clone();
+      off += n;
+    }
+  }
+  x.sync();
+  t.backward = mark("backward", t0);
+  t.total = mark("step", t_step);
+  resolve_device_times(stats, anchor, t_step);  // CUDA spans (the device is synchronized: no wait)
+  if (trace) add_attention_spans(stats, t_step, *trace);
+  t.ssm = ssm_clock.seconds();
+  t.attn = stats;
+  return t;
+}
+
+Outputs gather_outputs(CaseContext& x, const StepState& kept) {
+  nvtx::Range range{x.nvtx, "gather"};
+  Outputs o;
+  o.logits = gather_tokens(x.comm, *kept.sharder, kept.out.logits.detach());
+  o.x0_grad = gather_tokens(x.comm, *kept.sharder, kept.out.x0.grad().detach());
+  at::Tensor l = kept.loss.detach().clone().contiguous();
+  x.comm.all_reduce_sum(l);
+  o.loss = l;
+  for (auto& [name, p] : x.params) o.grads.push_back(p.grad().detach().clone());
+  o.owner = input_owner(*kept.sharder, x.data);
+  x.sync();
+  return o;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,42 @@
+#pragma once
+// One CP training step, the thing cpbench times: shard -> forward through the case's attention ->
+// loss over the global valid-token count -> backward -> parameter-gradient all-reduce over CP. Nothing
+// else: what the reference check needs (logit and gradient gathers, the summed loss, copies) is taken
+// by gather_outputs() after the step, on the checked steps only.
+#include <memory>
+#include <optional>
+
+#include "harness/model/model.hpp"
+#include "harness/runner/case_context.hpp"
+#include "harness/runner/reference_run.hpp"
+#include "reports/result.hpp"
+#include "sharders/sharder.hpp"
+
+namespace cpbench {
+
+// Seconds of one step on this rank, by phase; `total` spans them all. The phases nest in `total` and
+// together cover it (up to the clock reads between them).
+struct StepTimes {
+  double shard = 0, forward = 0, backward = 0, total = 0;
+  double ssm = 0;         // the Mamba layers' SSM sections (scan + all-to-alls), forward + backward
+  int64_t ssm_bytes = 0;  // bytes the Mamba layers' all-to-alls sent from this rank
+  AttentionStats attn;    // the transport's seconds, bytes, FLOPs of the step
+};
+
+// What a step leaves for gather_outputs (kept only when asked: the timed steps drop it).
+struct StepState {
+  std::optional<Sharder> sharder;
+  ModelOutput out;
+  at::Tensor loss;  // this rank's partial loss (its tokens' loss sum / the global count)
+};
+
+// One step. `stats` is reset and filled (it must outlive the step's backward). With `trace`, records
+// the step's phases and the transport's spans relative to the moment this rank left the step's
+// opening barrier (the common start of the CP group). With `keep`, leaves what gather_outputs needs.
+StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace = nullptr, StepState* keep = nullptr);
+
+// After a kept step: the CP step's outputs in the caller's coordinates on every CP rank (all-gathers,
+// the sharder's gather verb, the summed loss, the all-reduced gradients). NVTX range "gather".
+[[nodiscard]] Outputs gather_outputs(CaseContext& x, const StepState& kept);
+
+}  // namespace cpbench

@@ -1,0 +1,90 @@
+#pragma once
+// Negative controls: cases that are wrong on purpose, so the reference check is seen to fail when it
+// should (scenarios run them with `expect: mismatch`). A control is named on the scenario's `sharder`
+// axis, shards with an ordinary layout, and plants its fault by decorating what the case runs with:
+// the CP transport (wrap), or the SSM layers' token order (ssm_scans_rank_order). The runner asks the
+// control and never switches over control names.
+//
+// Adding a control: one file here defining `std::unique_ptr<Control> make_<name>_control()`, and one
+// line in registry.cpp.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+
+#include "kernels/transports/transport.hpp"
+
+namespace cpbench {
+
+// Where the decorated transport runs: this rank of a CP group of `cp` ranks, the case's dtype.
+struct ControlSite {
+  int64_t cp_rank = 0;
+  int64_t cp = 1;
+  at::ScalarType dtype = at::kDouble;
+};
+
+class Control {
+ public:
+  virtual ~Control() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual std::string description() const = 0;
+  // The registered layout the control shards with.
+  [[nodiscard]] virtual std::string layout() const { return "load_balanced"; }
+  // The transport the case's attention calls: `inner` itself, or `inner` with the fault planted.
+  [[nodiscard]] virtual std::shared_ptr<const Transport> wrap(std::shared_ptr<const Transport> inner,
+                                                              const ControlSite& /*site*/) const {
+    return inner;
+  }
+  // True: the Mamba layers scan the all-to-all's rank order as if it were the sequence (the layout's
+  // chunk order is neither undone before the scan nor redone after).
+  [[nodiscard]] virtual bool ssm_scans_rank_order() const { return false; }
+  // Why the fault cannot show in a case of `cp` ranks on a model with (has_ssm) or without Mamba
+  // layers ("" when it can): such a case is skipped rather than failed.
+  [[nodiscard]] virtual std::string cannot_show(int64_t /*cp*/, bool /*has_ssm*/) const { return ""; }
+};
+
+// A transport that forwards everything to `inner`; controls override what they break.
+class TransportDecorator : public Transport {
+ public:
+  explicit TransportDecorator(std::shared_ptr<const Transport> inner) : inner_(std::move(inner)) {}
+  [[nodiscard]] std::string name() const override { return inner_->name(); }
+  [[nodiscard]] std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
+                                               int64_t cp) const override {
+    return inner_->unsupported_reason(mask, options, cp);
+  }
+  [[nodiscard]] std::string unsupported_heads(int64_t cp, int64_t q_heads, int64_t kv_heads) const override {
+    return inner_->unsupported_heads(cp, q_heads, kv_heads);
+  }
+  [[nodiscard]] int64_t head_parallel_degree(int64_t cp) const override { return inner_->head_parallel_degree(cp); }
+  [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const AttentionContext& ctx) const override {
+    return inner_->attend(q, k, v, ctx);
+  }
+  [[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec& mask, const TokenMeta& local,
+                                                                    const TokenMeta& all, int rank, int world,
+                                                                    const at::Device& device) const override {
+    return inner_->make_plans(mask, local, all, rank, world, device);
+  }
+  [[nodiscard]] int64_t bytes_per_call(const CallShape& s) const override { return inner_->bytes_per_call(s); }
+  [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& s) const override {
+    return inner_->forward_bytes_per_call(s);
+  }
+  [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override { return inner_->time_per_call(in); }
+  [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& s) const override {
+    return inner_->peak_activation_bytes(s);
+  }
+
+ protected:
+  std::shared_ptr<const Transport> inner_;
+};
+
+// The control registered under `name`, or nullptr when `name` is not a control.
+[[nodiscard]] const Control* find_control(const std::string& name);
+// Registered control names, in registration order.
+[[nodiscard]] std::vector<std::string> known_controls();
+
+// The attention output faults act on the first kControlTokens local tokens of the last CP rank.
+inline constexpr int64_t kControlTokens = 4;
+
+}  // namespace cpbench

@@ -1,0 +1,92 @@
+// The measurement, end to end as a user runs it: `cpbench run` on real ranks writes every timed
+// sample, the threads per rank, the machine's state, FLOPs visible and computed, the peak with its
+// source and the collectives measured alone; a scenario whose `measure.peak_flops` is below what any
+// rank achieves fails every case, naming both numbers; the slow hook lengthens exactly its case's
+// steps (recorded, not timed against a target: that is the benchmark's job, docs/measurement.md).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "harness/fs_util.hpp"
+#include "reports/json_report.hpp"
+#include "spawn_cpbench.hpp"
+
+using namespace cpbench;
+
+namespace {
+
+std::string temp_dir(const std::string& tag) {
+  std::string d = "/tmp/cpbench-measure-test-" + tag + "-" + std::to_string(::getpid());
+  fsu::remove_tree(d);
+  fsu::make_dirs(d);
+  return d;
+}
+
+std::string scenario(const std::string& dir, const std::string& measure) {
+  const std::string path = dir + "/s.yaml";
+  std::ofstream(path) << "name: measure\nmodel: {preset: tiny}\nbatch: {batch_size: 1, seq_len: 128}\n"
+                         "dtype: float32\nmeasure: " << measure << "\n"
+                         "sweep:\n  - {sharder: [contiguous, load_balanced], transport: [allgather, ring], cp: 2}\n"
+                         "  - {sharder: perturbed, transport: ring, cp: 2, expect: mismatch}\n";
+  return path;
+}
+
+Report run(const std::string& dir, const std::string& measure, int expect_status, const std::string& env = "") {
+  const pid_t pid = test::spawn_cpbench_run({scenario(dir, measure), "--out", dir + "/out"}, {env});
+  EXPECT_EQ(test::wait_exit_status(pid), expect_status);
+  return report_from_json(read_json_file(dir + "/out/report.json"));
+}
+
+}  // namespace
+
+TEST(MeasurementRun, ReportCarriesSamplesMachineStateRatesAndCollectives) {
+  const std::string dir = temp_dir("record");
+  const Report r = run(dir, "{warmup: 1, iters: 6, max_time_s: 0}", 0, "CPBENCH_FAULT=slow:1:1:50");
+  EXPECT_EQ(r.schema_version, 4);
+  ASSERT_EQ(r.results.size(), 5u);
+  for (const auto& c : r.results) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.status, "ok") << c.reason;
+    const MeasurementRecord& m = c.measurement;
+    EXPECT_EQ(m.step_s.size(), 6u) << "iters is the minimum, max_time_s 0 stops there";
+    EXPECT_EQ(m.threads_per_rank, std::max<int64_t>(1, static_cast<int64_t>(sysconf(_SC_NPROCESSORS_ONLN)) / 2));
+    EXPECT_EQ(m.omp_wait_policy, "PASSIVE");
+    EXPECT_GE(m.machine.samples, 7);
+    EXPECT_TRUE(m.verdict == "quiet" || m.verdict == "noisy");
+    EXPECT_DOUBLE_EQ(m.slowdown, c.index == 1 ? 0.5 : 0.0);
+    for (const char* k : {"step_s", "attention_s", "other_s", "attention_flops_visible", "attention_flops_computed",
+                          "attention_kernel_efficiency", "attention_tflops_per_s", "model_tflops_per_s", "mfu"})
+      EXPECT_NE(c.metric(k), nullptr) << k;
+    EXPECT_GT(c.metric("attention_flops_visible")->value, 0);
+    EXPECT_GT(c.metric("mfu")->value, 0);
+    EXPECT_LT(c.metric("mfu")->value, 1);
+    EXPECT_NE(c.peak.flops_source.find("probe: CPU Float GEMM"), std::string::npos) << c.peak.flops_source;
+    EXPECT_EQ(c.peak.link_source, "probe: host memory copy");
+    ASSERT_FALSE(c.collectives.empty()) << "W = 2: the step's collectives are measured alone";
+    for (const auto& cb : c.collectives) {
+      EXPECT_GT(cb.busbw, 0) << cb.collective;
+      EXPECT_DOUBLE_EQ(cb.busbw, cb.algbw * cb.bus_factor) << cb.collective;
+    }
+    const bool ring = c.axes.at("transport") == "ring";
+    const bool has_sendrecv = std::any_of(c.collectives.begin(), c.collectives.end(),
+                                          [](const CollectiveBandwidth& b) { return b.collective == "sendrecv"; });
+    EXPECT_EQ(has_sendrecv, ring) << "the ring's hops are send/recv; allgather's are not";
+    ASSERT_EQ(c.ranks.size(), 2u);
+    for (const auto& rs : c.ranks) EXPECT_GT(rs.step_s, 0);
+  }
+  // The slow hook on rank 1 of case 1 (+50% of each of its steps): the group's samples carry it.
+  const double slowed = r.results[1].metric("step_s")->value, rank1_alone = r.results[1].ranks[1].step_s;
+  EXPECT_GE(slowed, rank1_alone * 1.4) << "the group's step is at least the slowed rank's";
+}
+
+TEST(MeasurementRun, ARateAboveThePeakFailsEveryCaseNamingBothNumbers) {
+  const std::string dir = temp_dir("peak");
+  const Report r = run(dir, "{iters: 1, max_time_s: 0, peak_flops: 1e6}", 1);
+  ASSERT_EQ(r.results.size(), 5u);
+  for (const auto& c : r.results) {
+    EXPECT_EQ(c.status, "failed") << c.name;
+    EXPECT_NE(c.reason.find("FLOP/s"), std::string::npos) << c.reason;
+    EXPECT_NE(c.reason.find("above the peak 1e+06 FLOP/s (measure.peak_flops)"), std::string::npos) << c.reason;
+  }
+}
