@@ -11,6 +11,9 @@
 #include <numeric>
 #include <thread>
 
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "harness/model/section_clock.hpp"
 #include "harness/runner/case_metrics.hpp"
 #include "harness/runner/comm_bench.hpp"
 #include "harness/runner/device_peaks.hpp"
@@ -89,8 +92,8 @@ TEST(MachineState, CountsACompetingProcessAndMarksTheMeasurementNoisy) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     setpgid(0, 0);
-    for (volatile uint64_t x = 0;; ++x) {
-    }
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   MachineMonitor mon;
@@ -174,4 +177,33 @@ TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_TRUE(find_control("ssm_rank_order")->cannot_show(2, true).empty());
   EXPECT_FALSE(find_control("local_only")->cannot_show(1, false).empty());
   for (const auto& name : known_controls()) EXPECT_EQ(find_control(name)->layout(), "load_balanced") << name;
+}
+
+namespace {
+// Sleeps `ms` in its forward and 2 * `ms` in its backward: a section whose time is known from below.
+class Sleepy : public torch::autograd::Function<Sleepy> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x, int64_t ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return x * 2;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    return {g[0] * 2, at::Tensor()};
+  }
+};
+}  // namespace
+
+TEST(SectionClock, TimesTheSectionsForwardAndBackwardOnly) {
+  SectionClock clock(at::kCPU);
+  const at::Tensor x = at::ones({4}, at::kDouble).requires_grad_(true);
+  const at::Tensor before = x * 3;  // outside the section
+  const at::Tensor y = clock.leave(Sleepy::apply(clock.enter(before), int64_t{20}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // outside the section
+  y.sum().backward();
+  EXPECT_TRUE(at::allclose(x.grad(), at::full({4}, 6.0, at::kDouble))) << "the marks are identities";
+  // Forward >= 20 ms, backward >= 40 ms, and the 500 ms between them not counted (a bound far from any
+  // sleep's overshoot: this checks what is counted, not how fast anything runs).
+  EXPECT_GE(clock.seconds(), 0.060);
+  EXPECT_LT(clock.seconds(), 0.500) << "the time between forward and backward leaked into the section";
 }
