@@ -14,10 +14,8 @@ CPBENCH_CACHE="${CPBENCH_CACHE:-$HOME/.cache/cpbench}"
 CPBENCH_BUILD_DIR="${CPBENCH_BUILD_DIR:-$CPBENCH_ROOT/build}"
 CPBENCH_TORCH_DIR="$CPBENCH_CACHE/torch-$CPBENCH_TORCH_VERSION"
 export CCACHE_DIR="${CCACHE_DIR:-$CPBENCH_CACHE/ccache}"
-# Precompiled headers and ccache only mix with these sloppiness settings.
-# Relative paths in the ccache key, so every clone on this machine shares hits.
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$CPBENCH_ROOT}"
-export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+# One cache for every clone on this machine. The settings its hits depend on (relative paths, the
+# precompiled header's sloppiness and checksum) are the build's own: CMakeLists.txt's compiler launcher.
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 
 say() { echo "cpbench setup: $*" >&2; }
@@ -71,7 +69,8 @@ build_cpbench() {
     say "building the tests and benchmarks for the first time, a few minutes on 2 cores (log: $log)"
   fi
   local before
-  before=$(wc -l < "$log" 2>/dev/null || echo 0)
+  before=0
+  [ -f "$log" ] && before=$(wc -l < "$log")
   local targets=()
   for t in ${CPBENCH_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
   if ! cmake --build "$CPBENCH_BUILD_DIR" -j "${CPBENCH_JOBS:-$(nproc)}" "${targets[@]}" >>"$log" 2>&1; then

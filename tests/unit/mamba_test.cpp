@@ -24,28 +24,39 @@ struct ScanInputs {
   at::Tensor x, dt, A, B, C, D, group;
 };
 
-// R = 2 rows, L = 23 tokens, H = 4 heads, G = 2 groups; row 0 resets at t = 9 and 17, pads (dt = 0)
-// at t = 5, 6 of row 0 and t = 20 of row 1.
-ScanInputs random_inputs(bool requires_grad) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+// Random scan inputs in float64 from `seed`, every row one group; dt = softplus(N(dt_mean, 1)).
+ScanInputs draw_inputs(uint64_t seed, int64_t R, int64_t L, int64_t H, int64_t P, int64_t G, int64_t N,
+                       double dt_mean) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto opts = at::TensorOptions().dtype(at::kDouble);
-  const int64_t R = 2, L = 23, H = 4, P = 3, G = 2, N = 5;
   ScanInputs in;
   in.x = at::normal(0.0, 1.0, {R, L, H, P}, gen, opts);
-  in.dt = at::softplus(at::normal(-1.0, 1.0, {R, L, H}, gen, opts));
-  in.dt.select(0, 0).narrow(0, 5, 2).zero_();
-  in.dt.select(0, 1).narrow(0, 20, 1).zero_();
+  in.dt = at::softplus(at::normal(dt_mean, 1.0, {R, L, H}, gen, opts));
   in.A = -at::exp(at::normal(0.0, 0.5, {H}, gen, opts));
   in.B = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
   in.C = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
   in.D = at::normal(1.0, 0.1, {H}, gen, opts);
   in.group = at::zeros({R, L}, at::kLong);
-  in.group.select(0, 0).narrow(0, 9, L - 9).fill_(1);
-  in.group.select(0, 0).narrow(0, 17, L - 17).fill_(2);
-  in.group.select(0, 1).fill_(3);
+  return in;
+}
+
+ScanInputs with_grad(ScanInputs in, bool requires_grad) {
   if (requires_grad)
     for (at::Tensor* t : {&in.x, &in.dt, &in.A, &in.B, &in.C, &in.D}) t->requires_grad_(true);
   return in;
+}
+
+// R = 2 rows, L = 23 tokens, H = 4 heads, G = 2 groups; row 0 resets at t = 9 and 17, pads (dt = 0)
+// at t = 5, 6 of row 0 and t = 20 of row 1.
+ScanInputs random_inputs(bool requires_grad) {
+  const int64_t L = 23;
+  ScanInputs in = draw_inputs(42, 2, L, 4, 3, 2, 5, -1.0);
+  in.dt.select(0, 0).narrow(0, 5, 2).zero_();
+  in.dt.select(0, 1).narrow(0, 20, 1).zero_();
+  in.group.select(0, 0).narrow(0, 9, L - 9).fill_(1);
+  in.group.select(0, 0).narrow(0, 17, L - 17).fill_(2);
+  in.group.select(0, 1).fill_(3);
+  return with_grad(in, requires_grad);
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -126,23 +137,12 @@ TEST(SsmScan, ChunkedEqualsQuadraticAndRecurrenceValuesAndGradients) {
 namespace {
 
 ScanInputs long_inputs(bool requires_grad) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  const auto opts = at::TensorOptions().dtype(at::kDouble);
-  const int64_t R = 1, L = 300, H = 2, P = 4, G = 1, N = 3;
-  ScanInputs in;
-  in.x = at::normal(0.0, 1.0, {R, L, H, P}, gen, opts);
-  in.dt = at::softplus(at::normal(-2.0, 1.0, {R, L, H}, gen, opts));
-  in.dt.narrow(1, 60, 10).zero_();   // pads across the boundary at 64
+  const int64_t L = 300;
+  ScanInputs in = draw_inputs(5, 1, L, 2, 4, 1, 3, -2.0);
+  in.dt.narrow(1, 60, 10).zero_();  // pads across the boundary at 64
   in.dt.narrow(1, 190, 3).zero_();
-  in.A = -at::exp(at::normal(0.0, 0.5, {H}, gen, opts));
-  in.B = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
-  in.C = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
-  in.D = at::normal(1.0, 0.1, {H}, gen, opts);
-  in.group = at::zeros({R, L}, at::kLong);
   for (int64_t start : {70, 100, 128, 131, 290}) in.group.narrow(1, start, L - start).add_(1);
-  if (requires_grad)
-    for (at::Tensor* t : {&in.x, &in.dt, &in.A, &in.B, &in.C, &in.D}) t->requires_grad_(true);
-  return in;
+  return with_grad(in, requires_grad);
 }
 
 }  // namespace
