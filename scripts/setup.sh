@@ -3,8 +3,9 @@
 #   - Debian packages (yaml-cpp, gloo headers, nlohmann-json, CLI11, ccache, ninja, GoogleTest, Google Benchmark)
 #   - LibTorch from the PyPI wheel torch==${CPBENCH_TORCH_VERSION}, once, into ${CPBENCH_CACHE}
 #     (default ~/.cache/cpbench), reused by every clone on this machine
-#   - a CMake build in ${CPBENCH_BUILD_DIR} (default <repo>/build)
-# Sourced by scripts/cpbench and scripts/test; run directly to only install and build.
+#   - a CMake build in ${CPBENCH_BUILD_DIR} (default <repo>/build) of the targets in
+#     ${CPBENCH_BUILD_TARGETS} (default: all; scripts/cpbench asks for `cpbench` only)
+# Sourced by scripts/cpbench and scripts/test; run directly to only install and build everything.
 set -euo pipefail
 
 CPBENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,10 +14,8 @@ CPBENCH_CACHE="${CPBENCH_CACHE:-$HOME/.cache/cpbench}"
 CPBENCH_BUILD_DIR="${CPBENCH_BUILD_DIR:-$CPBENCH_ROOT/build}"
 CPBENCH_TORCH_DIR="$CPBENCH_CACHE/torch-$CPBENCH_TORCH_VERSION"
 export CCACHE_DIR="${CCACHE_DIR:-$CPBENCH_CACHE/ccache}"
-# Precompiled headers and ccache only mix with these sloppiness settings.
-# Relative paths in the ccache key, so every clone on this machine shares hits.
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$CPBENCH_ROOT}"
-export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+# One cache for every clone on this machine. The settings its hits depend on (relative paths, the
+# precompiled header's sloppiness and checksum) are the build's own: CMakeLists.txt's compiler launcher.
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 
 say() { echo "cpbench setup: $*" >&2; }
@@ -62,11 +61,19 @@ build_cpbench() {
   # Only talk when there is something to build. (`ninja -n` cannot tell: CMake's glob check always
   # looks dirty to a dry run.) A first build announces itself; an incremental one reports afterwards.
   local first=0
-  [ -f "$CPBENCH_BUILD_DIR/cpbench" ] || first=1
-  [ $first -eq 1 ] && say "building; the first build takes several minutes on 2 cores (log: $log)"
+  if [ ! -f "$CPBENCH_BUILD_DIR/cpbench" ]; then
+    first=1
+    say "building; the first build takes several minutes on 2 cores (log: $log)"
+  elif [ -z "${CPBENCH_BUILD_TARGETS:-}" ] && [ ! -f "$CPBENCH_BUILD_DIR/tests/cpbench_unit_tests" ]; then
+    first=1
+    say "building the tests and benchmarks for the first time, a few minutes on 2 cores (log: $log)"
+  fi
   local before
-  before=$(wc -l < "$log" 2>/dev/null || echo 0)
-  if ! cmake --build "$CPBENCH_BUILD_DIR" -j "${CPBENCH_JOBS:-$(nproc)}" >>"$log" 2>&1; then
+  before=0
+  [ -f "$log" ] && before=$(wc -l < "$log")
+  local targets=()
+  for t in ${CPBENCH_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+  if ! cmake --build "$CPBENCH_BUILD_DIR" -j "${CPBENCH_JOBS:-$(nproc)}" "${targets[@]}" >>"$log" 2>&1; then
     grep -E "error|Error|FAILED" -A5 "$log" | head -60 >&2; say "build failed (log: $log)"; return 1
   fi
   if [ $first -eq 0 ] && tail -n +"$((before + 1))" "$log" | grep -qE "Building CXX|Linking CXX"; then

@@ -1,9 +1,14 @@
-// The Mamba mixer (harness/model/mamba.hpp): the quadratic scan against the plain recurrence, the
-// recurrence against a scalar loop written out by hand, the conv window and scan resets at document
-// starts and across pad slots, and the config / scenario checks of hidden-parallel CP.
+// The Mamba mixer (harness/model/mamba.hpp): the chunked scan the layer uses against the quadratic form
+// and the plain recurrence (values and gradients, resets inside chunks and at chunk boundaries, pad
+// slots, a length no multiple of the chunk, every dtype), the quadratic form against the recurrence,
+// the recurrence against a scalar loop written out by hand, the conv window and scan resets at
+// document starts and across pad slots, and the config / scenario checks of hidden-parallel CP.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/model/mamba.hpp"
@@ -19,28 +24,39 @@ struct ScanInputs {
   at::Tensor x, dt, A, B, C, D, group;
 };
 
-// R = 2 rows, L = 23 tokens, H = 4 heads, G = 2 groups; row 0 resets at t = 9 and 17, pads (dt = 0)
-// at t = 5, 6 of row 0 and t = 20 of row 1.
-ScanInputs random_inputs(bool requires_grad) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+// Random scan inputs in float64 from `seed`, every row one group; dt = softplus(N(dt_mean, 1)).
+ScanInputs draw_inputs(uint64_t seed, int64_t R, int64_t L, int64_t H, int64_t P, int64_t G, int64_t N,
+                       double dt_mean) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto opts = at::TensorOptions().dtype(at::kDouble);
-  const int64_t R = 2, L = 23, H = 4, P = 3, G = 2, N = 5;
   ScanInputs in;
   in.x = at::normal(0.0, 1.0, {R, L, H, P}, gen, opts);
-  in.dt = at::softplus(at::normal(-1.0, 1.0, {R, L, H}, gen, opts));
-  in.dt.select(0, 0).narrow(0, 5, 2).zero_();
-  in.dt.select(0, 1).narrow(0, 20, 1).zero_();
+  in.dt = at::softplus(at::normal(dt_mean, 1.0, {R, L, H}, gen, opts));
   in.A = -at::exp(at::normal(0.0, 0.5, {H}, gen, opts));
   in.B = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
   in.C = at::normal(0.0, 1.0, {R, L, G, N}, gen, opts);
   in.D = at::normal(1.0, 0.1, {H}, gen, opts);
   in.group = at::zeros({R, L}, at::kLong);
-  in.group.select(0, 0).narrow(0, 9, L - 9).fill_(1);
-  in.group.select(0, 0).narrow(0, 17, L - 17).fill_(2);
-  in.group.select(0, 1).fill_(3);
+  return in;
+}
+
+ScanInputs with_grad(ScanInputs in, bool requires_grad) {
   if (requires_grad)
     for (at::Tensor* t : {&in.x, &in.dt, &in.A, &in.B, &in.C, &in.D}) t->requires_grad_(true);
   return in;
+}
+
+// R = 2 rows, L = 23 tokens, H = 4 heads, G = 2 groups; row 0 resets at t = 9 and 17, pads (dt = 0)
+// at t = 5, 6 of row 0 and t = 20 of row 1.
+ScanInputs random_inputs(bool requires_grad) {
+  const int64_t L = 23;
+  ScanInputs in = draw_inputs(42, 2, L, 4, 3, 2, 5, -1.0);
+  in.dt.select(0, 0).narrow(0, 5, 2).zero_();
+  in.dt.select(0, 1).narrow(0, 20, 1).zero_();
+  in.group.select(0, 0).narrow(0, 9, L - 9).fill_(1);
+  in.group.select(0, 0).narrow(0, 17, L - 17).fill_(2);
+  in.group.select(0, 1).fill_(3);
+  return with_grad(in, requires_grad);
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -63,11 +79,25 @@ SsmParams random_params(const SsmConfig& c) {
 
 }  // namespace
 
-TEST(SsmScan, QuadraticFormEqualsTheRecurrenceValuesAndGradients) {
-  ScanInputs a = random_inputs(true), b = random_inputs(true);
-  const at::Tensor ya = ssm_scan(a.x, a.dt, a.A, a.B, a.C, a.D, a.group);
-  const at::Tensor yb = ssm_scan_loop(b.x, b.dt, b.A, b.B, b.C, b.D, b.group);
-  EXPECT_LT(max_abs_diff(ya, yb), 1e-12);
+namespace {
+
+using ScanFn = std::function<at::Tensor(const ScanInputs&)>;
+
+at::Tensor chunked(const ScanInputs& in, int64_t chunk) {
+  return ssm_scan(in.x, in.dt, in.A, in.B, in.C, in.D, in.group, chunk);
+}
+at::Tensor quadratic(const ScanInputs& in) { return ssm_scan_quadratic(in.x, in.dt, in.A, in.B, in.C, in.D, in.group); }
+at::Tensor recurrence(const ScanInputs& in) {
+  return ssm_scan_recurrence(in.x, in.dt, in.A, in.B, in.C, in.D, in.group);
+}
+
+// Runs `f` and `g` on fresh copies of `make(true)`, backpropagates the same random weighting of the
+// outputs through both, and checks values and the gradients of all six inputs (none NaN).
+void expect_same_values_and_gradients(const std::function<ScanInputs(bool)>& make, const ScanFn& f, const ScanFn& g,
+                                      double value_bound, double grad_bound, const std::string& what) {
+  ScanInputs a = make(true), b = make(true);
+  const at::Tensor ya = f(a), yb = g(b);
+  EXPECT_LT(max_abs_diff(ya, yb), value_bound) << what;
   const at::Tensor w = at::normal(0.0, 1.0, ya.sizes(), at::make_generator<at::CPUGeneratorImpl>(3),
                                   at::TensorOptions().dtype(at::kDouble));
   (ya * w).sum().backward();
@@ -76,17 +106,79 @@ TEST(SsmScan, QuadraticFormEqualsTheRecurrenceValuesAndGradients) {
   const at::Tensor* ga[] = {&a.x, &a.dt, &a.A, &a.B, &a.C, &a.D};
   const at::Tensor* gb[] = {&b.x, &b.dt, &b.A, &b.B, &b.C, &b.D};
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(ga[i]->grad().defined()) << names[i];
-    EXPECT_LT(max_abs_diff(ga[i]->grad(), gb[i]->grad()), 1e-10) << "grad of " << names[i];
-    EXPECT_FALSE(ga[i]->grad().isnan().any().item<bool>()) << "grad of " << names[i];
+    ASSERT_TRUE(ga[i]->grad().defined()) << what << ": grad of " << names[i];
+    EXPECT_LT(max_abs_diff(ga[i]->grad(), gb[i]->grad()), grad_bound) << what << ": grad of " << names[i];
+    EXPECT_FALSE(ga[i]->grad().isnan().any().item<bool>()) << what << ": grad of " << names[i];
   }
+}
+
+}  // namespace
+
+TEST(SsmScan, QuadraticFormEqualsTheRecurrenceValuesAndGradients) {
+  expect_same_values_and_gradients(random_inputs, quadratic, recurrence, 1e-12, 1e-10, "quadratic vs recurrence");
+}
+
+// The layer's chunked scan against both references on L = 23 with resets at 9 and 17 (row 0) and
+// pads at 5, 6 (row 0) and 20 (row 1). The chunk sizes put those events everywhere a chunk can have
+// them: Q = 1 (every token its own chunk), 4, 8 (resets just after a boundary; 23 no multiple),
+// 5 / 6 (a pad slot opening a chunk), 9 (reset 9 opens a chunk, reset 17 is a chunk's LAST token),
+// 16 (one reset in each chunk), 17 (reset 17 opens a chunk), 23 (one chunk = the quadratic form),
+// 64 (a chunk longer than the row). Row 1 carries one state across every chunk boundary.
+TEST(SsmScan, ChunkedEqualsQuadraticAndRecurrenceValuesAndGradients) {
+  for (int64_t q : {1, 3, 4, 5, 6, 8, 9, 16, 17, 23, 64}) {
+    const ScanFn f = [q](const ScanInputs& in) { return chunked(in, q); };
+    expect_same_values_and_gradients(random_inputs, f, quadratic, 1e-12, 1e-10, "chunk " + std::to_string(q));
+    expect_same_values_and_gradients(random_inputs, f, recurrence, 1e-12, 1e-10, "chunk " + std::to_string(q));
+  }
+}
+
+// A longer row (L = 300, chunks of 64 with a short last one): documents of assorted lengths, two of
+// them shorter than a chunk, one spanning three chunks, and runs of pad slots across chunk boundaries.
+namespace {
+
+ScanInputs long_inputs(bool requires_grad) {
+  const int64_t L = 300;
+  ScanInputs in = draw_inputs(5, 1, L, 2, 4, 1, 3, -2.0);
+  in.dt.narrow(1, 60, 10).zero_();  // pads across the boundary at 64
+  in.dt.narrow(1, 190, 3).zero_();
+  for (int64_t start : {70, 100, 128, 131, 290}) in.group.narrow(1, start, L - start).add_(1);
+  return with_grad(in, requires_grad);
+}
+
+}  // namespace
+
+TEST(SsmScan, ChunkedEqualsQuadraticOnALongRow) {
+  const ScanFn f = [](const ScanInputs& in) { return chunked(in, kSsmChunk); };
+  expect_same_values_and_gradients(long_inputs, f, quadratic, 1e-12, 1e-10, "L 300, chunk 64");
+}
+
+// float32 computes in float32, bfloat16 in float32 with the result rounded: each against the float64
+// quadratic form on the same (rounded) inputs; the output keeps the input dtype.
+TEST(SsmScan, ChunkedKeepsEveryDtypeAndComputesBfloat16InFloat32) {
+  const ScanInputs ref = long_inputs(false);
+  for (auto [dtype, rel_bound] : {std::pair{at::kFloat, 1e-5}, std::pair{at::kBFloat16, 1e-2}}) {
+    ScanInputs low = ref;
+    for (at::Tensor* t : {&low.x, &low.dt, &low.A, &low.B, &low.C, &low.D}) *t = t->to(dtype);
+    ScanInputs back = low;
+    for (at::Tensor* t : {&back.x, &back.dt, &back.A, &back.B, &back.C, &back.D}) *t = t->to(at::kDouble);
+    const at::Tensor want = quadratic(back), got = chunked(low, kSsmChunk);
+    EXPECT_EQ(got.scalar_type(), dtype);
+    const double scale = want.abs().max().item<double>();
+    EXPECT_LT(max_abs_diff(got.to(at::kDouble), want) / scale, rel_bound) << dtype;
+  }
+}
+
+TEST(SsmScan, FlopCountFollowsItsConvention) {
+  // Q = 64, P = 16, N = 16: 2·64·16 + 2·64·16 + 4·256 + 2·256/64
+  EXPECT_DOUBLE_EQ(ssm_scan_flops(4096, 64, 16, 16), 2048 + 2048 + 1024 + 8);
+  EXPECT_DOUBLE_EQ(ssm_scan_flops(10, 64, 16, 16), ssm_scan_flops(10, 10, 16, 16));  // one chunk of the row
 }
 
 // The recurrence written out element by element: h[p][n] = exp(dt A) h[p][n] + dt x[p] B[n],
 // y[p] = sum_n h[p][n] C[n] + D x[p]; the state restarts where the group changes.
 TEST(SsmScan, RecurrenceEqualsAScalarLoop) {
   const ScanInputs in = random_inputs(false);
-  const at::Tensor y = ssm_scan_loop(in.x, in.dt, in.A, in.B, in.C, in.D, in.group);
+  const at::Tensor y = recurrence(in);
   const int64_t R = in.x.size(0), L = in.x.size(1), H = in.x.size(2), P = in.x.size(3), G = in.B.size(2),
                 N = in.B.size(3);
   double worst = 0;
@@ -157,8 +249,9 @@ TEST(SsmLayer, DocumentStartsResetStateAndPadSlotsDoNotLeak) {
   at::Tensor other_doc = proj.clone();
   other_doc.narrow(1, 0, 6).normal_(0.0, 1.0, gen);
   const at::Tensor y_doc = ssm_layer(other_doc, p, c, m, true);
-  // Not bit-exact: the scan's decays are differences of one cumulative sum over the row, which
-  // document 0's dt enters (rounding at 1e-16); under a causal mask (below) it moves by > 1e-6.
+  // Not bit-exact: the scan's decays are differences of one cumulative sum over a chunk (here the
+  // whole row), which document 0's dt enters (rounding at 1e-16); under a causal mask (below) it moves
+  // by > 1e-6.
   EXPECT_LT(max_abs_diff(y_doc.narrow(1, 9, L - 9), y.narrow(1, 9, L - 9)), 1e-13)
       << "document 1 saw document 0 under a document mask";
   EXPECT_GT(max_abs_diff(ssm_layer(other_doc, p, c, m, false).narrow(1, 9, L - 9),
