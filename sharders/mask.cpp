@@ -137,8 +137,8 @@ Visibility visibility(const MaskSpec& mask, const RuleBounds& q, const RuleBound
       narrow(eq, eq);
       return;
     }
-    narrow((klo <= qhi).logical_and_(khi >= qlo),
-           with_every ? (qlo == qhi).logical_and_(klo == khi).logical_and_(klo == qlo) : at::Tensor());
+    // Query bounds [B, Nq, 1] and key bounds [B, 1, Nk] broadcast: no in-place op on a one-sided term.
+    narrow((klo <= qhi) & (khi >= qlo), with_every ? (qlo == qhi) & (klo == khi) & (klo == qlo) : at::Tensor());
   };
   // A stream without document ids is one document: the document mask is then plain causal.
   if (mask.same_document()) same(q.doc_lo, q.doc_hi, k.doc_lo, k.doc_hi);

@@ -26,6 +26,7 @@
 #include "harness/planner/plan.hpp"
 #include "harness/runner/scenario.hpp"
 #include "kernels/attention/plan_cache.hpp"
+#include "kernels/attention/reference.hpp"
 #include "kernels/attention/tiled_kernel.hpp"
 #include "sharders/mask.hpp"
 #include "kernels/transports/transport_common.hpp"
