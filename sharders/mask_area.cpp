@@ -104,7 +104,8 @@ std::vector<int64_t> nonempty_blocks(const GlobalLayout& g, const Stream& s, con
       }
     for (size_t r = 0; r < W; ++r)
       for (size_t j = 0; j < W; ++j)
-        out[r] += min_key[j] != kNone && (!mask.has_upper() || min_key[j] <= mask.upper(max_query[r]));
+        out[r] += min_key[j] != kNone && position_test(mask, max_query[r], max_query[r], min_key[j], min_key[j], false)
+                                             .some.value_or(true);
     return out;
   }
   // General rule: a prefix count of j's valid keys over the coordinate axis answers "any key of j in

@@ -17,9 +17,11 @@
 // shard and gather write every output element once (slice copies, or one index_select / index_copy).
 // Errors throw cpbench::Error naming the key, the shapes or lengths, the sharder, cp and rank.
 // A Sharder is cheap; build one per rank per step. It is not thread-safe.
+// Where the work lives: sharder.cpp (this front: validation, the seed's conversions, dispatch),
+// shard_unpacked.cpp, thd_pack.{hpp,cpp} (THD packing; it writes cu_seqlens in the format of
+// cu_seqlens.hpp, which attention_meta.cpp reads back), token_verbs.cpp over token_map.hpp, pad_rule.hpp.
 #include <ATen/ATen.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <optional>
@@ -28,7 +30,9 @@
 #include "sharders/batch.hpp"
 #include "sharders/layout.hpp"
 #include "sharders/mask.hpp"
+#include "sharders/pad_rule.hpp"
 #include "sharders/stream.hpp"
+#include "sharders/token_map.hpp"
 
 namespace cpbench {
 
@@ -74,31 +78,6 @@ struct ShardLayout {
   // thd: the documents of the input rows, and the caller's padding_mask [B * S] (empty: none given).
   std::vector<DocSpan> documents;
   std::vector<uint8_t> input_padding;
-};
-
-// A token map: output element j of the sequence dim comes from input element src (or is `fill`).
-// Built once per (kind, length, device) from the layout and cached by the Sharder.
-struct TokenMap {
-  // len elements: src, src + step, ... -> dst, dst + 1, ... (ScatterMap: src, src + 1, ... -> dst,
-  // dst + step, ...); src -1: `fill`. Strided runs make striped maps one slice copy per rank.
-  struct Run {
-    int64_t src = 0, dst = 0, len = 0, step = 1;
-  };
-  int64_t out_len = 0;
-  bool use_runs = false;  // few long runs: slice copies; else index_select
-  std::vector<Run> runs;
-  at::Tensor index;  // int64 [out_len], holes point at 0 (index path)
-  at::Tensor holes;  // int64 output positions taking `fill`; undefined when none
-};
-// The gather counterpart: rank r's local element j goes to output position dst (or nowhere).
-struct ScatterMap {
-  int64_t out_len = 0;
-  bool use_runs = false;
-  std::vector<std::vector<TokenMap::Run>> runs;  // per rank, src = local index
-  std::vector<at::Tensor> dst;                   // per rank, int64 output positions of the kept locals
-  std::vector<at::Tensor> kept;                  // per rank, kept local indices; undefined = all
-  at::Tensor holes;                              // output positions no rank fills; undefined when none
-  std::vector<TokenMap::Run> hole_runs;
 };
 
 class Sharder {
@@ -173,19 +152,10 @@ class Sharder {
   std::shared_ptr<const Layout> layout_;
   SharderOptions options_;
   std::optional<ShardLayout> shard_layout_;
-  // Caches of the maps above, keyed by (coords, length, device); cleared by shard().
-  mutable std::map<std::string, TokenMap> shard_maps_;
-  mutable std::map<std::string, ScatterMap> gather_maps_;
+  // The maps above, keyed by (coords, length, device); cleared by shard().
+  mutable TokenMapCache maps_;
   // Closed-form layouts before a shard: the last computed partition (one Layout::compute per length).
   mutable std::optional<GlobalLayout> closed_form_;
 };
-
-// Lower-level helpers shared with the harness (pad rules live here and nowhere else).
-namespace pad_rule {
-// Right-pads `t` on `seq_dim` by `amount` with `fill`.
-[[nodiscard]] at::Tensor pad_seq(const at::Tensor& t, int64_t seq_dim, int64_t amount, const at::Scalar& fill);
-// position ids: right-pad by continuing to count from the last position.
-[[nodiscard]] at::Tensor pad_positions(const at::Tensor& pos, int64_t seq_dim, int64_t amount);
-}  // namespace pad_rule
 
 }  // namespace cpbench

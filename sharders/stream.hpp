@@ -36,13 +36,13 @@ struct Stream {
   std::vector<int64_t> valid_prefix;  // [X + 1]: valid keys with coordinate < x (X = max pos + 1)
   bool single_segment = true;         // area counts (key_range, visible_keys) need one segment
 
-  // Coordinates [lo, hi] of the keys q may see under `mask` (the rule of sharders/mask.hpp, with
-  // `same document` as the document's coordinate range; before the valid filter; may be empty).
+  // Coordinates [lo, hi] of the keys q may see under `mask` (MaskSpec::key_window, with `same document`
+  // as the document's coordinate range; before the valid filter; may be empty).
   [[nodiscard]] std::pair<int64_t, int64_t> key_range(const MaskSpec& mask, int64_t q) const {
     const Token& t = tokens[static_cast<size_t>(q)];
-    const int64_t pos = t.pos;
-    int64_t lo = mask.has_lower() ? mask.lower(pos) : 0;
-    int64_t hi = mask.has_upper() ? mask.upper(pos) : static_cast<int64_t>(valid_prefix.size()) - 2;
+    const MaskSpec::Window<int64_t> w = mask.key_window<int64_t>(t.pos);
+    int64_t lo = w.lo.value_or(0);
+    int64_t hi = w.hi.value_or(static_cast<int64_t>(valid_prefix.size()) - 2);
     if (mask.same_document()) {
       lo = std::max<int64_t>(lo, t.doc_lo);
       hi = std::min<int64_t>(hi, t.doc_hi);

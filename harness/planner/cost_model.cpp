@@ -120,9 +120,8 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
 RowPassTimes row_pass_times(const PlanRequest& r, int64_t row_pairs, int64_t row_len) {
   const ModelShape& m = r.model;
   const double F = r.cluster.attention_flops;
-  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);
   if (r.kernel != Kernel::fitted) {
-    const double f = unit * static_cast<double>(row_pairs) / F;
+    const double f = attention_flops(static_cast<double>(row_pairs), m.heads, m.head_dim, AttentionPass::forward) / F;
     return {f, kBackwardFactor * f};
   }
   mask_area::BlockArea row;
@@ -148,7 +147,7 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.ideal_s = ideal_s;
   const ModelShape& m = r.model;
   const double L = static_cast<double>(m.layers);
-  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);  // FLOPs per visible pair, fwd
+  const double unit = attention_flops(1.0, m.heads, m.head_dim, AttentionPass::forward);  // per visible pair
   const double F = r.cluster.attention_flops;
   c.padded_seq_len = w.P;
   c.local_tokens = w.s;

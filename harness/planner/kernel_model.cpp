@@ -21,13 +21,13 @@ double weighted_pairs(const KernelModel& k, const mask_area::BlockArea& b) {
 
 double block_forward_s(const KernelModel& k, double flops, const HeadShape& h, const mask_area::BlockArea& b) {
   if (b.pairs == 0) return 0;
-  return k.launch_s + 4.0 * static_cast<double>(h.heads * h.head_dim) * weighted_pairs(k, b) / flops;
+  return k.launch_s + attention_flops(weighted_pairs(k, b), h.heads, h.head_dim, AttentionPass::forward) / flops;
 }
 
 RankKernelTime rank_kernel_time(const KernelModel& k, double flops, const HeadShape& h,
                                 const std::vector<mask_area::BlockArea>& blocks, int64_t r) {
   RankKernelTime t;
-  const double unit = 4.0 * static_cast<double>(h.heads * h.head_dim) / flops;
+  const double unit = attention_flops(1.0, h.heads, h.head_dim, AttentionPass::forward) / flops;
   const double out_elems = static_cast<double>(h.heads * h.head_dim);
   const double kv_elems = static_cast<double>(h.kv_heads * h.head_dim);
   for (size_t j = 0; j < blocks.size(); ++j) {

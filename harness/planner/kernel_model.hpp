@@ -2,7 +2,8 @@
 // The attention kernel model of the planner (docs/planner.md, "The kernel model"): how long a CP rank's
 // attention kernels take, block by block, given the visible structure of each block (sharders/mask_area.hpp,
 // BlockAreas: pairs, active rows and keys, and the shape they make). Per block of rank r's queries
-// against one rank's keys, sliced to its active rows and keys, with u = 4 * Hq * d FLOPs per pair:
+// against one rank's keys, sliced to its active rows and keys, with u = attention_flops(1, Hq, d, forward)
+// FLOPs per pair (kernels/attention/flops.hpp):
 //
 //   forward   launch_s + u * (k * pairs + row_overhead_keys * rows) / F
 //   backward  launch_s + kBackwardFactor * u * (k * pairs + row_overhead_keys * rows) / F

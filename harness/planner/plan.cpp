@@ -79,8 +79,8 @@ Plan make_plan(const PlanRequest& request) {
   const Stream row = unpacked_stream(r.seq_len, r.doc_lens, r.seq_len);
   const int64_t row_pairs = mask_area::run_area(row, res.mask, 0, r.seq_len);
   plan.real_tokens = row.valid_tokens();
-  const double unit = 4.0 * static_cast<double>(m.heads * m.head_dim);
-  plan.total_attention_flops = static_cast<double>(m.layers) * unit * static_cast<double>(row_pairs);
+  plan.total_attention_flops = static_cast<double>(m.layers) *
+                               attention_flops(static_cast<double>(row_pairs), m.heads, m.head_dim, AttentionPass::forward);
   const double total_time = unsharded_time(r, row_pairs);
 
   for (int64_t W : r.cps) {
@@ -136,12 +136,12 @@ std::vector<double> predicted_rank_flops(const std::string& sharder, int64_t cp,
   const MaskSpec mask = MaskSpec::parse(mask_text);
   StreamCache cache;
   const LayoutWork w = layout_work(*layout, cp, seq_len, doc_lens, mask, kernel, cache);
-  const double unit = 4.0 * static_cast<double>(q_heads * head_dim);
   const double s2 = static_cast<double>(w.s) * static_cast<double>(w.s);
   std::vector<double> out;
   for (size_t i = 0; i < w.pairs.size(); ++i)
-    out.push_back(unit *
-                  (kernel == Kernel::blocks ? static_cast<double>(w.blocks[i]) * s2 : static_cast<double>(w.pairs[i])));
+    out.push_back(attention_flops(kernel == Kernel::blocks ? static_cast<double>(w.blocks[i]) * s2
+                                                           : static_cast<double>(w.pairs[i]),
+                                  q_heads, head_dim, AttentionPass::forward));
   return out;
 }
 

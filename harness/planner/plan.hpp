@@ -6,7 +6,7 @@
 // mask semantics. No tensors. The cost model is described in docs/planner.md; in short, per layer:
 //
 //   pairs_r        visible (q, k) pairs of rank r's queries under the mask
-//   fwd FLOPs_r    4 * Hq * d * pairs_r                       (reported per step: x layers)
+//   fwd FLOPs_r    attention_flops(pairs_r, Hq, d, forward)   (kernels/attention/flops.hpp; x layers per step)
 //   c_r            kernel "fitted" (default): the cluster's kernel model over rank r's blocks, each
 //                  sliced to its active rows and keys and priced by its shape (kernel_model.hpp), with
 //                  backward and merge passes of its own; "pairs": fwd FLOPs_r / F, backward 2.5x;
@@ -56,7 +56,7 @@ namespace cpbench::plan {
 
 // Per-rank forward attention FLOPs of one attention call (one layer, batch 1) of `sharder` at `cp`
 // over a row of seq_len tokens with documents doc_lens (empty: one document), under `mask`: exactly
-// 4 * q_heads * head_dim * (visible pairs), what the transports count into AttentionStats::flops. With
+// attention_flops(visible pairs, q_heads, head_dim, forward), what the transports count into AttentionStats::flops. With
 // Kernel::blocks, the FLOPs a block-granular kernel computes instead. The layout is computed with the
 // runner's defaults (chunk_size 0).
 [[nodiscard]] std::vector<double> predicted_rank_flops(const std::string& sharder, int64_t cp, int64_t seq_len,

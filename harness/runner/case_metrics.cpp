@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "harness/model/mamba.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
 
@@ -49,6 +50,16 @@ double model_matmul_params(const CaseContext& x) {
   for (const auto& [name, p] : x.params)
     if (p.dim() >= 2 && name.rfind("embed", 0) != 0) n += static_cast<double>(p.numel());
   return n;
+}
+
+double ssm_train_flops(const CaseContext& x, double tokens) {
+  const ModelConfig& m = x.s.model;
+  const auto layers = static_cast<double>(std::count(m.mixers.begin(), m.mixers.end(), 'M'));
+  if (layers == 0) return 0;
+  const SsmConfig& c = m.ssm;
+  // Forward per token and head from the scan's own count; backward about twice it (its convention).
+  const double forward = ssm_scan_flops(x.s.batch.seq_len, kSsmChunk, c.head_dim, c.state);
+  return 3.0 * forward * static_cast<double>(c.heads) * tokens * layers;
 }
 
 void record_outcome(const CaseSpec& c, RunResult& res) {
@@ -136,7 +147,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   add("attention_kernel_efficiency", sum_computed > 0 ? sum_visible / sum_computed : 1.0, "ratio");
   add("attention_tflops_per_s", rate_of_slowest / 1e12, "TFLOP/s");
   add("attention_computed_tflops_per_s_max", max_computed_rate / 1e12, "TFLOP/s");
-  const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible;
+  const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible + ssm_train_flops(x, tokens);
   const double model_rate = step_s > 0 ? model_flops / step_s : 0;
   add("model_flops", model_flops, "flop");
   add("model_tflops_per_s", model_rate / 1e12, "TFLOP/s");

@@ -14,8 +14,9 @@
 //   attention_flops_computed   the same for the whole tiles and bands the kernels computed
 //   attention_kernel_efficiency  visible / computed (summed over ranks)
 //   attention_tflops_per_s     visible FLOPs / attention_s; per rank, and the slowest rank's
-//   model_tflops_per_s         (6 N tokens + visible attention FLOPs) / step_s for the CP group;
-//                              N = parameters in matrix products (all but the embedding table)
+//   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the SSM scans' FLOPs) / step_s
+//                              for the CP group; N = parameters in matrix products (all but the
+//                              embedding table)
 //   mfu                        model FLOP/s per rank / the rank's peak FLOP/s
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct RankSummary {
 // FLOPs in matrix products per token and forward pass: 2 x the parameters of every >= 2-D weight but
 // the embedding table (a lookup).
 [[nodiscard]] double model_matmul_params(const CaseContext& x);
+
+// Training FLOPs of the Mamba layers' scans for `tokens` tokens (0 without Mamba layers): the chunked
+// scan's forward count (ssm_scan_flops, mamba.hpp) x 3 for forward + backward, every SSM head and layer.
+[[nodiscard]] double ssm_train_flops(const CaseContext& x, double tokens);
 
 // Sets status / outcome / reason from the check's errors and the case's expectation.
 void record_outcome(const CaseSpec& c, RunResult& res);

@@ -143,22 +143,6 @@ BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at:
   return {dq.to(cd), dk.to(cd), dv.to(cd)};
 }
 
-// Rows / cols trimming of a plan (as attention_math's block_forward / block_backward).
-at::Tensor rows_of(const BlockPlan& p, const at::Tensor& t) { return p.rows.defined() ? t.index_select(2, p.rows) : t; }
-at::Tensor cols_of(const BlockPlan& p, const at::Tensor& t) { return p.cols.defined() ? t.index_select(2, p.cols) : t; }
-at::Tensor rows_back(const BlockPlan& p, const at::Tensor& part, int64_t n, double fill) {
-  if (!p.rows.defined()) return part;
-  std::vector<int64_t> shape = part.sizes().vec();
-  shape[2] = n;
-  return at::full(shape, fill, part.options()).index_copy_(2, p.rows, part);
-}
-at::Tensor cols_back(const BlockPlan& p, const at::Tensor& part, int64_t n) {
-  if (!p.cols.defined()) return part;
-  std::vector<int64_t> shape = part.sizes().vec();
-  shape[2] = n;
-  return at::zeros(shape, part.options()).index_copy_(2, p.cols, part);
-}
-
 // The call of one band: unmasked when its cells are all full, else with the band's own mask window.
 Call band_call(const BlockPlan& plan, const MaskBand& band, const at::Tensor& q) {
   if (!band.masked) return Call{};
@@ -195,6 +179,14 @@ KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::D
   return KernelRoute::cuda_efficient;
 }
 
+int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch) {
+  if (route == KernelRoute::skipped) return 0;
+  if (route == KernelRoute::tiled || plan.kind == BlockKind::full || plan.causal) return plan.computed_pairs;
+  int64_t area = 0;
+  for (const MaskBand& band : plan.bands) area += (band.r1 - band.r0) * (band.c1 - band.c0);
+  return batch * area;
+}
+
 BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                            double scale, KernelRoute route) {
   if (route == KernelRoute::tiled) return block_forward(q, k, v, plan, scale);
@@ -202,7 +194,7 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = v.size(3);
   if (route == KernelRoute::skipped)
     return {at::zeros({b, hq, sq, d}, q.options().dtype(cd)), at::full({b, hq, sq}, kNegInf, q.options().dtype(cd))};
-  const at::Tensor qs = rows_of(plan, q), ks = cols_of(plan, k), vs = cols_of(plan, v);
+  const at::Tensor qs = trim_rows(plan, q), ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockOutput r;
   if (plan.kind == BlockKind::full || plan.causal) {
     r = fused_forward(qs, ks, vs, Call{plan.causal, {}}, scale, route);
@@ -229,8 +221,8 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
       }
     }
   }
-  r.out = rows_back(plan, r.out, sq, 0);
-  r.lse = rows_back(plan, r.lse.unsqueeze(-1), sq, kNegInf).squeeze(-1);
+  r.out = untrim_rows(plan, r.out, sq, 0);
+  r.lse = untrim_rows(plan, r.lse, sq, kNegInf);
   return r;
 }
 
@@ -243,8 +235,9 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
   if (route == KernelRoute::skipped)
     return {at::zeros(q.sizes(), q.options().dtype(cd)), at::zeros(k.sizes(), k.options().dtype(cd)),
             at::zeros(v.sizes(), v.options().dtype(cd))};
-  const at::Tensor qs = rows_of(plan, q), ds = rows_of(plan, dout), os = rows_of(plan, out), ls = rows_of(plan, lse.unsqueeze(-1)).squeeze(-1);
-  const at::Tensor ks = cols_of(plan, k), vs = cols_of(plan, v);
+  const at::Tensor qs = trim_rows(plan, q), ds = trim_rows(plan, dout), os = trim_rows(plan, out);
+  const at::Tensor ls = trim_rows(plan, lse);
+  const at::Tensor ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockGrads g;
   if (plan.kind == BlockKind::full || plan.causal) {
     g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}}, scale, route);
@@ -265,9 +258,9 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
       g.dv.narrow(2, band.c0, nc).add_(part.dv);
     }
   }
-  g.dq = rows_back(plan, g.dq, q.size(2), 0);
-  g.dk = cols_back(plan, g.dk, k.size(2));
-  g.dv = cols_back(plan, g.dv, v.size(2));
+  g.dq = untrim_rows(plan, g.dq, q.size(2), 0);
+  g.dk = untrim_cols(plan, g.dk, k.size(2));
+  g.dv = untrim_cols(plan, g.dv, v.size(2));
   return g;
 }
 

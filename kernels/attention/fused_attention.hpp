@@ -3,7 +3,7 @@
 //
 // Each (query block, key block) pair of a CP transport runs through one route:
 //   skipped         the plan is empty: nothing runs
-//   tiled           the tiled kernel of attention_math.hpp (the fallback and the CPU twin)
+//   tiled           the tiled kernel of tiled_kernel.hpp (the fallback and the CPU twin)
 //   cpu_flash       at::_scaled_dot_product_flash_attention_for_cpu (+ _backward); float64, float32
 //                   (CPU computes 16-bit inputs in float32); takes an additive mask
 //   cuda_flash      at::_scaled_dot_product_flash_attention (+ _backward); bfloat16 / float16,
@@ -11,16 +11,16 @@
 //   cuda_efficient  at::_scaled_dot_product_efficient_attention (+ _backward); float32 / 16-bit;
 //                   takes an additive bias (masked blocks, and float32 unmasked ones)
 // Per plan: a diagonal causal block (BlockPlan::causal) runs with is_causal; a fully visible block
-// unmasked; a masked block runs band by band (attention_math.hpp mask_bands: query tiles grouped by the
+// unmasked; a masked block runs band by band (block_plan.hpp mask_bands: query tiles grouped by the
 // key span of their non-empty cells), each band on its span only, unmasked when its cells are all full
 // (a head-tail block off the diagonal is one such rectangle), else with the band's own mask window, so
 // no call builds a mask of the whole block (rows that see nothing are fixed to out 0, lse -inf). Float64 on CUDA stays on the tiled kernel (no fused CUDA kernel takes it).
 //
-// Results are in the compute dtype (attention_math.hpp: float64 stays float64, else float32), so the
+// Results are in the compute dtype (lse_merge.hpp: float64 stays float64, else float32), so the
 // transports merge partial results in float32 by LSE whatever the kernel's input dtype.
 #include <ATen/ATen.h>
 
-#include "kernels/attention/attention_math.hpp"
+#include "kernels/attention/tiled_kernel.hpp"
 
 namespace cpbench::kernels {
 
@@ -37,6 +37,12 @@ enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_efficient }
 // The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`.
 [[nodiscard]] KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device,
                                       int64_t head_dim, KernelPolicy policy);
+
+// (query, key) pairs `route` evaluates for a block with `plan` of `batch` rows, summed over the batch
+// (per head): 0 skipped; the plan's computed_pairs on the tiled route and for full or causal blocks on
+// a fused one (a causal diagonal tile counts whole); the bands' area (mask_bands) for a masked block
+// on a fused route. >= plan.visible_pairs.
+[[nodiscard]] int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch);
 
 // One block through `route` (from block_route). q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] in the
 // kernel dtype. Returns out [B, Hq, Sq, D] and lse [B, Hq, Sq] in the compute dtype; rows outside the

@@ -1,11 +1,44 @@
-// The single-device reference: plain masked attention through ATen autograd. Deliberately no fast
-// paths and no LSE merging, so the transports are checked against independent maths.
 #include "kernels/attention/reference.hpp"
 
-#include "kernels/attention/attention_math.hpp"
+#include <limits>
+
+#include "kernels/attention/lse_merge.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
+
+namespace kernels {
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// -inf (a fully masked row) -> 0, so `x - shift` never evaluates (-inf) - (-inf).
+at::Tensor finite_shift(const at::Tensor& x) { return x.masked_fill(at::isinf(x), 0); }
+}  // namespace
+
+at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                               double scale) {
+  CP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: q, k, v must be [B, H, S, D]; got ",
+           shape_str(q.sizes()), ", ", shape_str(k.sizes()), ", ", shape_str(v.sizes()));
+  const int64_t hq = q.size(1), hkv = k.size(1);
+  CP_CHECK(hkv > 0 && hq % hkv == 0, "attention: query heads ", hq, " are not a multiple of key/value heads ", hkv);
+  const auto cd = compute_dtype(q.scalar_type());
+  const int64_t g = hq / hkv;
+  at::Tensor qc = q.to(cd);
+  at::Tensor kc = k.to(cd).repeat_interleave(g, 1);
+  at::Tensor vc = v.to(cd).repeat_interleave(g, 1);
+  at::Tensor s = at::matmul(qc, kc.transpose(-1, -2)) * scale;
+  s = s.masked_fill(mask.logical_not().unsqueeze(1), kNegInf);
+  // softmax written out so a fully masked row is 0 (not NaN) in the forward AND the backward: the
+  // shift is detached (the result does not depend on it), e = exp(-inf) = 0 carries no gradient, and
+  // the zero row sum is replaced by 1 before dividing.
+  at::Tensor shift = finite_shift(std::get<0>(s.detach().max(-1, /*keepdim=*/true)));
+  at::Tensor e = (s - shift).exp();
+  at::Tensor sum = e.sum(-1, /*keepdim=*/true);
+  at::Tensor p = e / sum.masked_fill(sum == 0, 1);
+  return at::matmul(p, vc).to(q.scalar_type());
+}
+
+}  // namespace kernels
 
 at::Tensor local_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenMeta& q_meta,
                            const TokenMeta& k_meta, const MaskSpec& mask, double scale) {

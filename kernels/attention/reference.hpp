@@ -1,5 +1,7 @@
 #pragma once
-// The single-device reference attention (the reference check and the local_only control).
+// The single-device reference attention (the reference check and the local_only control): plain
+// masked attention through ATen autograd, deliberately without fast paths or LSE merging, so the
+// transports' kernels are checked against independent maths.
 #include <ATen/ATen.h>
 
 #include "sharders/mask.hpp"
@@ -11,5 +13,13 @@ namespace cpbench {
 [[nodiscard]] at::Tensor local_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const TokenMeta& q_meta, const TokenMeta& k_meta, const MaskSpec& mask,
                                          double scale);
+
+namespace kernels {
+// The reference on a dense mask. q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] in any floating dtype (computed
+// in the compute dtype, lse_merge.hpp), `mask` bool [B, Sq, Sk]. Returns [B, Hq, Sq, D] in q's dtype;
+// fully masked rows 0 (and gradient 0) without NaN. Expands kv heads with repeat_interleave.
+[[nodiscard]] at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& mask, double scale);
+}  // namespace kernels
 
 }  // namespace cpbench

@@ -7,6 +7,7 @@
 //
 // With `rank_order_positions` it is the negative control "a2a_rank_order" (a2a_rank_order.cpp).
 #include "kernels/transports/head_parallel.hpp"
+#include "kernels/transports/head_parallel_costs.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::kernels {

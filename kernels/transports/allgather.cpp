@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "kernels/comm/autograd.hpp"
+#include "kernels/transports/kv_passing_costs.hpp"
+#include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "sharders/core/check.hpp"
 
@@ -61,7 +63,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     const at::Tensor blocks = gathered.view({W, 2, local_kv.size(1), local_kv.size(2), local_kv.size(3),
                                              local_kv.size(4)});
     at::Tensor out, lse;
-    int64_t visible = 0;
+    CallPairs pairs;
     // Step s: the block of rank (r - s) mod W; step 0 (the local block) overlaps the all-gather.
     const auto attend_block = [&](int s, const at::Tensor& kv_wire) {
       const int src = (r - s + W) % W;
@@ -69,9 +71,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const StepRange step(st, label);
       Phase p(st, Phase::Kind::compute, label);
       const BlockPlan& plan = st.plan(src);
-      visible += plan.visible_pairs;
       const KernelRoute route = st.route(src, qc);
-      st.count_route(route);
+      st.count_block(plan, route, pairs);
       if (route == KernelRoute::skipped) return;
       const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
       merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
@@ -88,12 +89,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
-    if (st.stats) {
-      st.stats->bytes_sent += bytes;
-      st.stats->visible_pairs += visible;
-      st.stats->flops += 4.0 * static_cast<double>(st.shape.head_dim * st.shape.q_heads) * static_cast<double>(visible);
-      st.stats->calls += 1;
-    }
+    st.count_call(bytes, pairs);
     ctx->save_for_backward({q, k, v, out, lse, blocks});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
@@ -165,57 +161,21 @@ class AllGatherTransport final : public Transport {
     return AllGatherAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
   }
 
-  // Ring-algorithm bytes of the collectives: the K/V all-gather sends (W-1) blocks in the input dtype;
-  // the dK/dV reduce-scatter sends (W-1) blocks in the accumulation dtype (float32 for 16-bit inputs).
+  // Formulas: kv_passing_costs.hpp.
   [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override {
-    const int64_t cp = c.cp;
-    const int64_t kv = kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
-    const int64_t dkv =
-        kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, grad_element_size(c.element_size));
-    return (cp - 1) * (kv + dkv);
+    return allgather_bytes(c);
   }
 
   [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& c) const override {
-    return (c.cp - 1) * kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+    return kv_passing_forward_bytes(c);
   }
 
-  // The K/V all-gather (ring algorithm, W-1 hops) overlaps only the local block, which it slows by
-  // `contention` x its transfer; the dK/dV reduce-scatter runs after every block's gradients, fully
-  // exposed.
   [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
-    CallTime t;
-    const RankPassTimes p = rank_pass_times(in);
-    t.forward_s = p.fwd_max;
-    t.step_s = p.fwd_max + p.bwd_max;
-    if (in.cp <= 1) return t;
-    CP_CHECK(in.c_local.empty() || in.c_local.size() == in.c_fwd.size(), "allgather time_per_call: ", in.c_local.size(),
-             " local-block times for ", in.c_fwd.size(), " ranks");
-    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth;
-    const double t_ag = hops * a + in.fwd_bytes / B, t_rs = hops * a + in.bwd_bytes / B;
-    double worst = 0, worst_f = 0;
-    for (size_t r = 0; r < p.fwd.size(); ++r) {
-      const double c = in.c_fwd.empty() ? in.c_fwd_max : in.c_fwd[r];
-      const double local = in.c_local.empty() ? c / static_cast<double>(in.cp) : in.c_local[r];
-      const double fwd = std::max(t_ag, local + in.contention * t_ag) + (p.fwd[r] - local);
-      worst_f = std::max(worst_f, fwd);
-      worst = std::max(worst, fwd + p.bwd[r]);
-    }
-    t.forward_s = worst_f;
-    t.forward_exposed_s = worst_f - p.fwd_max;
-    t.step_s = worst + t_rs;
-    t.exposed_s = t.step_s - (p.fwd_max + p.bwd_max);
-    t.transfer_s = t_ag + t_rs;
-    return t;
+    return allgather_time(in);
   }
 
-  // Every layer keeps its gathered K/V (the other W-1 ranks' blocks) for its backward; at the peak the
-  // backward also fills the [W] dK/dV buffer the reduce-scatter sends from.
   [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
-    if (a.cp <= 1) return 0;
-    const int64_t kv = kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, a.element_size);
-    const int64_t dkv =
-        kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, grad_element_size(a.element_size));
-    return a.layers * (a.cp - 1) * kv + a.cp * dkv;
+    return allgather_peak_activation_bytes(a);
   }
 };
 

@@ -70,16 +70,4 @@ struct HeadParallelOptions {
 [[nodiscard]] at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const AttentionContext& ctx);
 
-// Bytes one rank sends in the forward's two all-to-alls (q, k, v in; the output back); the backward
-// sends the same again (the output's gradient in; dq, dk, dv back): (U-1) * B*S*D*e * 2*(H + Hk) / U.
-[[nodiscard]] int64_t head_parallel_a2a_bytes(const CallShape& c, int64_t ulysses);
-// The bytes formulas of the U x (W/U) mesh: the all-to-alls above plus the ring's over R positions with
-// a K/V block of 2*B*Hk*S*D*e (Hk = the replicated kv heads), dK/dV in the accumulation dtype.
-[[nodiscard]] int64_t head_parallel_bytes(const CallShape& c, int64_t ulysses);
-[[nodiscard]] int64_t head_parallel_forward_bytes(const CallShape& c, int64_t ulysses);
-// The time formula (transport.hpp, "Cost formulas").
-[[nodiscard]] CallTime head_parallel_time(const CallCostInputs& in, int64_t ulysses);
-// The activation memory formula (transport.hpp, "Cost formulas").
-[[nodiscard]] int64_t head_parallel_peak_activation_bytes(const ActivationShape& a, int64_t ulysses);
-
 }  // namespace cpbench::kernels

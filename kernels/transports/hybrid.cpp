@@ -10,6 +10,7 @@
 // cpbench keeps one layout definition (the sharder's) so sharding, gathering and the reference check
 // are the same code for every transport (docs/correctness.md).
 #include "kernels/transports/head_parallel.hpp"
+#include "kernels/transports/head_parallel_costs.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::kernels {

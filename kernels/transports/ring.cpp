@@ -23,6 +23,8 @@
 #include <utility>
 
 #include "kernels/comm/autograd.hpp"
+#include "kernels/transports/kv_passing_costs.hpp"
+#include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "sharders/core/check.hpp"
 
@@ -50,7 +52,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (W > 1) next = at::empty_like(cur);
     }
     at::Tensor out, lse;
-    int64_t visible = 0, bytes = 0;
+    CallPairs pairs;
+    int64_t bytes = 0;
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       const std::string label = step_label("ring", false, s);
@@ -64,9 +67,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       {
         Phase p(st, Phase::Kind::compute, label);
         const BlockPlan& plan = st.plan(src);
-        visible += plan.visible_pairs;
         const KernelRoute route = st.route(src, qc);
-        st.count_route(route);
+        st.count_block(plan, route, pairs);
         if (route != KernelRoute::skipped) {
           const at::Tensor kv = wire.from_wire(cur).to(kd);
           merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
@@ -84,12 +86,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
-    if (st.stats) {
-      st.stats->bytes_sent += bytes;
-      st.stats->visible_pairs += visible;
-      st.stats->flops += 4.0 * static_cast<double>(st.shape.head_dim * st.shape.q_heads) * static_cast<double>(visible);
-      st.stats->calls += 1;
-    }
+    st.count_call(bytes, pairs);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
@@ -212,49 +209,21 @@ class RingTransport final : public Transport {
     return ring_attention(q, k, v, make_state(ctx, shape, q.device()));
   }
 
-  // Forward: W-1 K/V blocks. Backward: W-1 K/V blocks again plus W-1 dK/dV blocks in the
-  // accumulation dtype (float32 for 16-bit inputs).
+  // Formulas: kv_passing_costs.hpp.
   [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override {
-    const int64_t cp = c.cp;
-    const int64_t kv = kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
-    const int64_t dkv =
-        kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, grad_element_size(c.element_size));
-    return (cp - 1) * (2 * kv + dkv);
+    return ring_bytes(c);
   }
 
   [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& c) const override {
-    return (c.cp - 1) * kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+    return kv_passing_forward_bytes(c);
   }
 
-  // Each of the W-1 hops carries one block while the rank computes on the one it holds; the slowest
-  // rank's work (per pass) is assumed spread evenly over its W steps, so a hop is exposed by what it
-  // takes beyond one step's compute, and a hidden hop still slows that step by `contention` x its
-  // transfer (the copy shares HBM and SMs with the kernels).
   [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
-    CallTime t;
-    const RankPassTimes p = rank_pass_times(in);
-    t.forward_s = p.fwd_max;
-    t.step_s = p.fwd_max + p.bwd_max;
-    if (in.cp <= 1) return t;
-    const double hops = static_cast<double>(in.cp - 1), a = in.latency_s, B = in.bandwidth;
-    const double x_f = in.fwd_bytes / hops / B, x_b = in.bwd_bytes / hops / B;
-    const double step_f = p.fwd_max / static_cast<double>(in.cp), step_b = p.bwd_max / static_cast<double>(in.cp);
-    t.forward_exposed_s = hops * std::max(in.contention * x_f, a + x_f - step_f);
-    t.exposed_s = t.forward_exposed_s + hops * std::max(in.contention * x_b, a + x_b - step_b);
-    t.transfer_s = hops * (2 * a + x_f + x_b);
-    t.forward_s += t.forward_exposed_s;
-    t.step_s += t.exposed_s;
-    return t;
+    return ring_time(in);
   }
 
-  // Nothing is kept across layers (the backward sends K/V round again); in flight at the peak: the
-  // two alternating K/V receive buffers and the two dK/dV partial sums (the one received, the one sent).
   [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
-    if (a.cp <= 1) return 0;
-    const int64_t kv = kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, a.element_size);
-    const int64_t dkv =
-        kv_block_bytes(a.batch, a.kv_heads, a.local_tokens, a.head_dim, grad_element_size(a.element_size));
-    return 2 * kv + 2 * dkv;
+    return ring_peak_activation_bytes(a);
   }
 };
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/flops.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/comm/device_time.hpp"
 #include "sharders/mask.hpp"
@@ -38,8 +39,9 @@ struct AttentionStats {
   double compute_seconds = 0;       // attention maths (forward and backward)
   double comm_seconds = 0;          // time blocked in communication (exposed, not overlapped)
   int64_t bytes_sent = 0;           // bytes this rank sent (forward and backward), per the transport's formula
-  double flops = 0;                 // attention FLOPs of the visible (q,k) pairs (4*D per pair and head, fwd)
-  double flops_computed = 0;        // attention FLOPs the kernels computed: whole tiles and bands (fwd)
+  double flops = 0;                 // forward FLOPs of the visible (q, k) pairs (attention_flops, flops.hpp)
+  double flops_computed = 0;        // forward FLOPs of what the kernels evaluate: whole tiles / bands, so a
+                                    // causal diagonal tile counts whole, a skipped block 0; >= flops
   int64_t visible_pairs = 0;        // (q, k) pairs visible under the mask for this rank's queries, summed over batch (per head)
   int64_t calls = 0;
   double transfer_seconds = 0;      // time the exchanges were in flight, post to completion (overlapped or not)
@@ -98,9 +100,7 @@ struct AttentionContext {
 //
 // Convention shared by every transport's time formula and the planner: a training step's attention
 // compute is kStepFactor x its forward, of which the backward is kBackwardFactor x the forward
-// (FlashAttention-style backward does 5 matmuls to the forward's 2; peers-and-limits §9.1).
-inline constexpr double kBackwardFactor = 2.5;
-inline constexpr double kStepFactor = 1.0 + kBackwardFactor;
+// (kernels/attention/flops.hpp, which owns the FLOP formula; peers-and-limits §9.1).
 
 // One attention call of one rank, as the bytes formulas see it (element_size: bytes per q/k/v element).
 struct CallShape {
@@ -228,7 +228,8 @@ class Transport {
 //   a2a_rank_order (a2a_rank_order.cpp): negative control, a2a with rank order taken for global order.
 // All skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
 //
-// Cost formulas, with kv = 2*B*Hkv*S*D*element_size, dkv the same in the accumulation dtype (element
+// Cost formulas (kernels/transports/kv_passing_costs.cpp: allgather, ring; head_parallel_costs.cpp: a2a,
+// hybrid), with kv = 2*B*Hkv*S*D*element_size, dkv the same in the accumulation dtype (element
 // size max(4, element_size)), a = latency, Bw = bandwidth, c = c_fwd_max, per call:
 //   bytes (fwd + bwd)   allgather (W-1)*(kv + dkv)                ring (W-1)*(2*kv + dkv)
 //   forward bytes       allgather (W-1)*kv                        ring (W-1)*kv

@@ -1,16 +1,16 @@
 #pragma once
 // Pieces every CP transport shares (internal to kernels/): input validation, the state a transport's
-// autograd node keeps, host staging for Gloo, and timing + NVTX of the comm / compute phases.
+// autograd node keeps, and the factories. Staging and timing of the steps: transfer_phases.hpp; cost
+// formulas: kv_passing_costs.hpp, head_parallel_costs.hpp; block plans: kernels/attention/plan_cache.hpp.
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "kernels/comm/communicator.hpp"
-#include "sharders/core/nvtx.hpp"
-#include "kernels/attention/attention_math.hpp"
 #include "kernels/attention/fused_attention.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "kernels/attention/plan_cache.hpp"
 #include "kernels/transports/transport.hpp"
 
 namespace cpbench::kernels {
@@ -24,31 +24,11 @@ struct AttendShape {
 [[nodiscard]] AttendShape check_attend(const std::string& transport, const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const AttentionContext& ctx);
 
-// The plans of one step: this rank's queries against each rank's key block, built once from CPU-side
-// token metadata (make_plan_cache in transport.hpp) and read by every attend() call of the step.
-class PlanCache {
- public:
-  PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMeta& all, int rank, int world,
-            const at::Device& device);
-  // Queries of this rank against the key block of rank `src` (columns [src*S, (src+1)*S) of all).
-  [[nodiscard]] const BlockPlan& plan(int src) const;
-  [[nodiscard]] const MaskSpec& mask() const { return mask_; }
-  [[nodiscard]] int world() const { return static_cast<int>(plans_.size()); }
-  [[nodiscard]] int rank() const { return rank_; }
-  [[nodiscard]] int64_t batch() const { return batch_; }
-  [[nodiscard]] int64_t tokens() const { return tokens_; }
-
- private:
-  MaskSpec mask_;
-  int rank_ = 0;
-  int64_t batch_ = 0, tokens_ = 0;
-  std::vector<BlockPlan> plans_;
+// (query, key) pairs of one forward call's blocks, summed over the batch, per head: visible under the
+// mask, and evaluated by the kernels (routed_pairs).
+struct CallPairs {
+  int64_t visible = 0, computed = 0;
 };
-
-// True when the rule makes the block of `meta` against itself exactly the lower triangle: a causal
-// mask (document: one document per row), every token valid, one segment per row, positions strictly
-// increasing along each row. Host tensors.
-[[nodiscard]] bool diagonal_is_causal(const MaskSpec& mask, const TokenMeta& meta);
 
 // What a transport's forward hands to its backward. Owned by the autograd node (see
 // kernels/comm/autograd.hpp, make_saved_object): the Communicator is a copy; `stats` is the caller's
@@ -82,93 +62,20 @@ struct TransportState {
   // The dtype the block kernels read q, k, v in, and the route of block `src`.
   [[nodiscard]] at::ScalarType kernel_dtype(const at::Tensor& q) const;
   [[nodiscard]] KernelRoute route(int src, const at::Tensor& q_kernel) const;
-  // Counts the route in stats (forward only: one count per evaluated block and call).
-  void count_route(KernelRoute r) const;
+  // Forward only: counts block `plan`'s route in stats (one count per evaluated block and call) and
+  // adds its visible and evaluated pairs to `pairs`.
+  void count_block(const BlockPlan& plan, KernelRoute route, CallPairs& pairs) const;
+  // Forward only: adds one call with `bytes` sent and `pairs` to stats (bytes, pairs, both FLOP counts).
+  void count_call(int64_t bytes, const CallPairs& pairs) const;
 };
-
-// The plan of queries `q` against keys `k` under `mask`: the same cells, visible pairs and
-// effective mask as plan_block(build_mask(mask, q, k)) up to rows / cols trimming (none here), but
-// without building the whole [B, Sq, Sk] mask. Each kBlockTile cell is classified from per-tile
-// bounds of the metadata (position, segment and document ranges, key validity), which decide full
-// and empty cells exactly; only the cells they leave open get their masks built. So planning costs
-// O(Sq + Sk + cells + masked cells' area), not O(Sq x Sk). Two device -> host copies.
-[[nodiscard]] BlockPlan plan_block(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k);
 
 [[nodiscard]] TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
                                         const at::Device& device);
-
-// Gloo sends and receives CPU tensors only: with a Gloo group and device tensors, everything that
-// travels is staged through host memory. `wire` tensors live where the communicator needs them.
-struct Wire {
-  at::Device device;  // where the maths runs
-  bool staged = false;
-  Wire(const comm::Communicator& comm, const at::Device& compute_device);
-  [[nodiscard]] at::Tensor to_wire(const at::Tensor& t) const;    // contiguous, on the wire device
-  [[nodiscard]] at::Tensor from_wire(const at::Tensor& t) const;  // on the compute device
-  [[nodiscard]] at::TensorOptions options(at::ScalarType dtype) const;
-};
-
-// Adds the span's time to AttentionStats (when present) and marks it with an NVTX range
-// "<prefix>:attn_comm" or "<prefix>:attn_compute". CPU: the host clock. CUDA: two device events on
-// the compute stream (comm::DeviceTime; no host synchronization), resolved after the step by
-// resolve_device_times(): a compute span is what the stream spent on the kernels, a comm span what it
-// spent waiting for a transfer (NCCL's wait blocks the stream, not the host).
-// `label` names the span in the step's timeline (AttentionStats::record_spans): the step it belongs to,
-// "<transport>_<fwd|bwd>:<step>" (see StepRange); a comm span is recorded as a wait.
-class Phase {
- public:
-  enum class Kind { comm, compute };
-  Phase(const TransportState& st, Kind kind, std::string label);
-  ~Phase();
-  Phase(const Phase&) = delete;
-  Phase& operator=(const Phase&) = delete;
-
- private:
-  AttentionStats* stats_;
-  Kind kind_;
-  std::string label_;
-  nvtx::Range range_;
-  std::chrono::steady_clock::time_point start_;
-  at::Device device_{at::kCPU};
-  comm::DeviceTime start_dev_;  // CUDA only
-};
-
-// The NVTX range of one transport step, "<prefix>:<transport>_<fwd|bwd>:<step>" (docs/timeline.md);
-// the block maths, waits and posts of that step nest inside it.
-[[nodiscard]] std::string step_label(const char* transport, bool backward, int step);
-class StepRange {
- public:
-  StepRange(const TransportState& st, const std::string& label) : range_{st.nvtx_prefix, label.c_str()} {}
-  StepRange(const StepRange&) = delete;
-  StepRange& operator=(const StepRange&) = delete;
-
- private:
-  nvtx::Range range_;
-};
-
-// Time a transfer was in flight, from its post to the return of its wait (overlapped or not): the
-// communication time achieved_bandwidth divides by. Added to AttentionStats::transfer_seconds by done(),
-// and recorded as a transfer span named `label` (grad: dK/dV traffic) when the stats record spans.
-// CUDA: from an event on the compute stream at the post to one after the wait, i.e. until both the
-// transfer and the compute it overlapped were done: an upper bound of the transfer time (so
-// achieved_bandwidth is a lower bound) when the compute took longer.
-struct InFlight {
-  explicit InFlight(const TransportState& st);
-  std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
-  comm::DeviceTime posted_dev;  // CUDA only
-  void done(const TransportState& st, const std::string& label, bool grad = false) const;
-};
 
 // Gloo tags: one per message stream, so streams between the same pair of ranks never match each other.
 inline constexpr int kTagRingForwardKV = 0x52f0;
 inline constexpr int kTagRingBackwardKV = 0x52f1;
 inline constexpr int kTagRingBackwardDKV = 0x52f2;
-
-// Bytes of one rank's key/value block: 2 * B * Hkv * S * D * element_size.
-[[nodiscard]] int64_t kv_block_bytes(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim,
-                                     int64_t element_size);
-// Element size in which dK/dV accumulate and travel: float32 for 16-bit inputs, else the input's.
-[[nodiscard]] int64_t grad_element_size(int64_t element_size);
 
 // The reason a (mask, dtype, device, cp) combination cannot run, or "" (shared by both transports).
 [[nodiscard]] std::string common_unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options, int64_t cp);

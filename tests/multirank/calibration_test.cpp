@@ -1,7 +1,7 @@
 // Calibration: the block kernel's work follows the visible pairs, and the per-rank attention FLOPs a
 // real `cpbench run` reports are the ones the planner predicts (issue 5, item 2).
 //
-// In-process: the tiled block kernel (kernels/attention/attention_math.hpp) against the autograd reference on
+// In-process: the tiled block kernel (kernels/attention/tiled_kernel.hpp) against the autograd reference on
 // cell patterns that reach every path (empty / full / masked cells, several runs per query tile, runs
 // cut to the score budget, rows that see nothing, batch rows that differ), and the metadata planner
 // (kernels/transports/transport_common.hpp) against plan_block(build_mask(...)).
@@ -25,7 +25,9 @@
 #include "harness/fs_util.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/scenario.hpp"
-#include "kernels/attention/attention_math.hpp"
+#include "kernels/attention/plan_cache.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/attention/tiled_kernel.hpp"
 #include "sharders/mask.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"

@@ -11,7 +11,8 @@
 
 #include "kernels/comm/autograd.hpp"
 #include "harness/launcher/launcher.hpp"
-#include "kernels/attention/attention_math.hpp"
+#include "kernels/attention/plan_cache.hpp"
+#include "kernels/attention/tiled_kernel.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"

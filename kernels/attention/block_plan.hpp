@@ -1,25 +1,15 @@
 #pragma once
-// Attention maths shared by the reference path and the CP transports (internal to kernels/).
-//
-// Conventions: q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], Hq = G * Hkv and query head h reads key/value
-// head h / G (the repeat_interleave convention). Masks are bool [B, Sq, Sk], shared by all heads.
-// "Compute dtype": float64 stays float64, every other floating dtype computes (scores, softmax,
-// partial outputs, log-sum-exp, gradient accumulation) in float32.
-//
-// Fully masked query rows: output 0, log-sum-exp -inf, gradients 0, never NaN, in every function here.
+// Block plans (internal to kernels/): how the block kernels evaluate one (query block, key block) pair
+// of attention — which kBlockTile cells are empty, full or masked, which rows and columns to trim, the
+// bands a fused kernel runs — built from a whole mask (plan_block), from a cell classification
+// (plan_from_cells), or for a diagonal causal block without any mask (causal_block_plan). The plans of
+// a step from token metadata are plan_cache.hpp's. Masks are bool [B, Sq, Sk], shared by all heads.
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <vector>
 
 namespace cpbench::kernels {
-
-[[nodiscard]] at::ScalarType compute_dtype(at::ScalarType input);
-
-// Differentiable (ATen autograd) masked attention: the reference. Inputs in any floating dtype;
-// `mask` bool [B, Sq, Sk]. Returns [B, Hq, Sq, D] in q's dtype. Expands kv heads with repeat_interleave.
-[[nodiscard]] at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             const at::Tensor& mask, double scale);
 
 // How one (query block, key block) pair, or one tile of it, is evaluated.
 enum class BlockKind {
@@ -32,6 +22,8 @@ enum class BlockKind {
 // tile of each side may be shorter. They skip empty cells, run full cells without a mask and masked
 // cells with it, so their work follows the visible pairs to within one tile per mask edge.
 inline constexpr int64_t kBlockTile = 64;
+// Cells along a side of n tokens: ceil(n / kBlockTile).
+[[nodiscard]] inline constexpr int64_t tile_count(int64_t n) { return (n + kBlockTile - 1) / kBlockTile; }
 
 // Per-cell classification of a bool [B, Sq, Sk] block mask (summed over the batch: a cell is full
 // when every batch row sees every pair of it).
@@ -64,9 +56,9 @@ struct BlockPlan {
   // quarter of what the cells would compute, the maths runs on those rows and columns only.
   // Undefined = all. int64 indices into the block's Sq / Sk.
   at::Tensor rows, cols;
-  at::Tensor mask;             // bool [B, |rows|, |cols|] when kind == masked and the plan was made
-                               // from a whole mask (plan_block); undefined otherwise
-  TileMap tiles;               // of the block's mask when kind == masked (empty otherwise)
+  at::Tensor mask;  // bool [B, |rows|, |cols|] when kind == masked and the plan was made
+                    // from a whole mask (plan_block); undefined otherwise
+  TileMap tiles;    // of the block's mask when kind == masked (empty otherwise)
   // plan_from_cells: the masks of the cells still masked, bool [n, B, kBlockTile, kBlockTile] (false
   // past the block's edge), and for every cell of `tiles` (row-major) its index in them, -1 for a
   // full or empty cell. The block's whole mask is never built from them: a bool [B, Sq, Sk] per block
@@ -94,12 +86,11 @@ struct BlockPlan {
 [[nodiscard]] at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
                                    const at::Device& device);
 
-
 // Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
 [[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);
 
 // A plan from a cell classification made without the block's whole mask (the transports classify
-// cells from token metadata: kernels/transports/transport_common.hpp). `kind` is row-major [n_q, n_k] over the
+// cells from token metadata: plan_cache.hpp). `kind` is row-major [n_q, n_k] over the
 // kBlockTile cells of a [batch, rows, cols] block: its full and empty cells must be exact; its masked
 // cells come with `cell_masks`, bool [n_masked, batch, kBlockTile, kBlockTile] in row-major cell
 // order (false past the block's edge). Masked cells that turn out full or empty are reclassified.
@@ -114,43 +105,11 @@ struct BlockPlan {
 // evaluate with plan_mask; the fused kernels run it with is_causal).
 [[nodiscard]] BlockPlan causal_block_plan(int64_t batch, int64_t n);
 
-// Partial attention of one block. Not differentiable (call under no-grad or from a custom Function).
-// q, k, v in the compute dtype; mask undefined (all visible) or bool [B, Sq, Sk]. A masked block is
-// evaluated cell by cell (kBlockTile), the cells of a query tile merged along the keys with the
-// log-sum-exp merge below: the same result as one dense evaluation, up to rounding.
-// Returns out [B, Hq, Sq, D] normalized within the block and lse [B, Hq, Sq], both in the compute dtype.
-struct BlockOutput {
-  at::Tensor out;
-  at::Tensor lse;
-};
-[[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const at::Tensor& mask, double scale);
-// The same over a plan: runs on the plan's rows / columns and cells and scatters back (rows outside:
-// out 0, lse -inf).
-[[nodiscard]] BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const BlockPlan& plan, double scale);
-
-// Online merge: folds a block's (out, lse) into the running (out, lse). An undefined running pair
-// takes the block's. Stable when either or both sides are -inf (fully masked so far / in the block).
-void merge_block(at::Tensor& out, at::Tensor& lse, const BlockOutput& block);
-
-// Gradients of one block given the MERGED output's quantities (flash-attention backward):
-//   P = exp(S - lse), dV = P^T dO, dP = dO V^T, dS = P * (dP - dsum), dQ = dS K * scale, dK = dS^T Q * scale,
-// with dK/dV summed over each query-head group. Inputs in the compute dtype:
-//   dout [B, Hq, Sq, D], lse [B, Hq, Sq] (global, -inf on fully masked rows), dsum [B, Hq, Sq] = rowsum(dO * O).
-// Returns dq [B, Hq, Sq, D], dk and dv [B, Hkv, Sk, D] in the compute dtype. Masked blocks are
-// evaluated cell by cell like block_forward (dQ accumulated per query tile, dK/dV per key tile).
-struct BlockGrads {
-  at::Tensor dq;
-  at::Tensor dk;
-  at::Tensor dv;
-};
-[[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                        const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
-                                        const at::Tensor& mask, double scale);
-// The same over a plan (gradients outside the plan's rows / columns / non-empty cells are 0).
-[[nodiscard]] BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                        const at::Tensor& v, const at::Tensor& lse, const at::Tensor& dsum,
-                                        const BlockPlan& plan, double scale);
+// Rows / cols trimming of a plan, on dim 2 of [B, H, S, ...] tensors (lse [B, H, S] too): the plan's rows (cols) of t,
+// and back: `part` scattered into n rows (cols), the others `fill` (0). Identity without trimming.
+[[nodiscard]] at::Tensor trim_rows(const BlockPlan& plan, const at::Tensor& t);
+[[nodiscard]] at::Tensor trim_cols(const BlockPlan& plan, const at::Tensor& t);
+[[nodiscard]] at::Tensor untrim_rows(const BlockPlan& plan, const at::Tensor& part, int64_t n, double fill);
+[[nodiscard]] at::Tensor untrim_cols(const BlockPlan& plan, const at::Tensor& part, int64_t n);
 
 }  // namespace cpbench::kernels
