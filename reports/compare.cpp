@@ -1,6 +1,7 @@
 #include "reports/compare.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -71,6 +72,31 @@ void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions&
   d.regression = true;
   d.why = drop + ", Mann-Whitney p = " + num(u.p_two_sided) + " < alpha " + num(opts.alpha);
 }
+// The pair's run-to-run noise from every judged case's log-ratio of the medians (kMinCasesForSpread or
+// more): a regression within between_run_k x their robust spread becomes inconclusive.
+void apply_between_run_floor(Comparison& c) {
+  std::vector<double> logs;
+  for (const auto& d : c.cases)
+    if (d.base_status == "ok" && d.new_status == "ok" && d.base_n > 0 && d.new_n > 0 && d.delta > -1)
+      logs.push_back(std::log1p(d.delta));
+  if (logs.size() < kMinCasesForSpread || c.options.between_run_k <= 0) return;
+  const double mid = stats::median(logs);
+  std::vector<double> dev;
+  for (double x : logs) dev.push_back(std::abs(x - mid));
+  const double floor_log = c.options.between_run_k * 1.4826 * stats::median(dev);
+  const double floor = 1 - std::exp(-floor_log);  // as a drop in tokens/s
+  for (auto& d : c.cases) {
+    d.between_run = floor;
+    if (!d.regression || d.new_status != "ok" || d.base_status != "ok") continue;
+    if (-std::log1p(d.delta) > floor_log) continue;
+    d.regression = false;
+    d.inconclusive = true;
+    d.why += ", but within this pair's run-to-run noise: a drop up to " + pct(floor) + " (" +
+             num(c.options.between_run_k, 2) + " x the robust spread of the " + std::to_string(logs.size()) +
+             " cases' changes)";
+  }
+}
+
 }  // namespace
 
 Comparison compare_reports(const Report& base, const Report& next, const CompareOptions& opts) {
@@ -109,6 +135,7 @@ Comparison compare_reports(const Report& base, const Report& next, const Compare
   }
   for (const auto& [name, r] : n)
     if (!b.count(name)) c.only_in_new.push_back(name);
+  apply_between_run_floor(c);
   return c;
 }
 

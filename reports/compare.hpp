@@ -29,7 +29,13 @@ struct CompareOptions {
   // A/B mode: both sides ran interleaved on the same machine, so its load is in both samples alike; a
   // run's noisy verdict is then no reason for inconclusive (the noise and significance rules still are).
   bool ignore_noisy_verdict = false;
+  // Run-to-run noise: the samples of one run cannot show how much a whole run shifts against another
+  // (a VM's slow phase, placement). With at least kMinCasesForSpread judged cases, their log-ratios of
+  // the medians spread like that noise: a drop within between_run_k x their robust spread (1.4826 x
+  // MAD) is inconclusive. A change that slows every case keeps the spread small and is still caught.
+  double between_run_k = 2.0;
 };
+inline constexpr size_t kMinCasesForSpread = 6;
 
 struct CaseDelta {
   std::string name;
@@ -39,6 +45,7 @@ struct CaseDelta {
   int64_t base_n = 0, new_n = 0;  // samples
   double p_value = 1;    // Mann-Whitney U, two-sided (1 when not tested)
   double noise = 0;      // the larger median noise of the two sides
+  double between_run = 0;  // the pair's run-to-run noise floor (fraction), when enough cases estimate it
   bool regression = false;
   bool inconclusive = false;
   std::string why;       // for regressions and inconclusive cases

@@ -19,6 +19,7 @@
 #include "kernels/transports/transport.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

@@ -31,6 +31,7 @@
 #include "sharders/mask.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

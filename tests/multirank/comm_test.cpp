@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "harness/launcher/launcher.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

@@ -25,6 +25,7 @@
 #include "harness/launcher/launcher.hpp"
 #include "harness/runner/scenario.hpp"
 #include "reports/json_report.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

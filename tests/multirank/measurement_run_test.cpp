@@ -11,6 +11,7 @@
 #include "harness/fs_util.hpp"
 #include "reports/json_report.hpp"
 #include "spawn_cpbench.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

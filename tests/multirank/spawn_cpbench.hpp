@@ -8,6 +8,7 @@
 
 #include <string>
 #include <vector>
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 extern char** environ;
 

@@ -111,6 +111,7 @@ TEST(InterruptedSweep, LeavesAValidPartialReport) {
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK) run the W=2 cases in-process; rank 0
 // writes the report; cases of another world size are skipped with the reason.
 #include "harness/launcher/launcher.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 TEST(JoinedJob, TorchrunStyleEnvironmentRunsTheCasesInProcess) {
   const std::string dir = temp_dir("joined");

@@ -16,6 +16,7 @@
 #include "kernels/attention/reference.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

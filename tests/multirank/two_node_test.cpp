@@ -15,6 +15,7 @@
 #include "harness/fs_util.hpp"
 #include "harness/launcher/launcher.hpp"
 #include "reports/json_report.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 extern char** environ;
 

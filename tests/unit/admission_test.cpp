@@ -14,6 +14,7 @@
 #include "harness/runner/admission.hpp"
 #include "harness/runner/sweep.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 
@@ -105,6 +106,29 @@ TEST(Compare, TooFewSamplesOrNoisyOrInsignificantIsInconclusiveNeverARegression)
   const Report two = report({result("a", samples(0.1, 0.02, 20)), result("b", samples(0.1, 0.02, 20, 6))});
   const Report worse = report({result("a", samples(0.13, 0.02, 20, 7), "ok", "noisy"), result("b", samples(0.2, 0.02, 20, 8))});
   EXPECT_EQ(compare_reports(two, worse).exit_status(), 1);
+}
+
+TEST(Compare, ADropWithinThePairsRunToRunNoiseIsInconclusiveAUniformSlowdownIsNot) {
+  // Twelve cases whose whole runs shifted by -15% .. +15% between the two reports (a VM's slow phase):
+  // each case's samples are tight, so its own U test calls every shift significant.
+  std::vector<RunResult> base, next;
+  const double shifts[] = {-0.15, -0.12, -0.09, -0.06, -0.03, 0.0, 0.02, 0.05, 0.08, 0.1, 0.12, 0.15};
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "c" + std::to_string(10 + i);
+    base.push_back(result(name, samples(0.1, 0.005, 15, i + 1)));
+    next.push_back(result(name, samples(0.1 / (1 + shifts[i]), 0.005, 15, i + 40)));
+  }
+  const Comparison noisy_pair = compare_reports(report(base), report(next));
+  EXPECT_EQ(noisy_pair.exit_status(), kCompareInconclusive) << comparison_table(noisy_pair);
+  EXPECT_GT(noisy_pair.cases[0].between_run, 0.15);
+  EXPECT_NE(noisy_pair.cases[0].why.find("within this pair's run-to-run noise"), std::string::npos)
+      << noisy_pair.cases[0].why;
+  // A change that slows every case by 30% leaves the cases' spread small: all regress.
+  std::vector<RunResult> slower;
+  for (int i = 0; i < 12; ++i) slower.push_back(result("c" + std::to_string(10 + i), samples(0.1 / 0.7, 0.005, 15, i + 80)));
+  const Comparison uniform = compare_reports(report(base), report(slower));
+  EXPECT_EQ(uniform.exit_status(), 1);
+  for (const auto& d : uniform.cases) EXPECT_TRUE(d.regression) << d.name << ": " << d.why;
 }
 
 TEST(Compare, StatusTransitionsAndMissingCases) {

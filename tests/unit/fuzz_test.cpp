@@ -22,6 +22,7 @@
 #include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
 #include "sharders/sharder.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

@@ -16,6 +16,7 @@
 #include "harness/cli/layout_command.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/registry.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 using json = nlohmann::json;

@@ -28,6 +28,7 @@
 #include "sharders/mask.hpp"
 #include "sharders/mask_area.hpp"
 #include "sharders/registry.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

@@ -3,6 +3,7 @@
 
 #include "harness/runner/scenario.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 

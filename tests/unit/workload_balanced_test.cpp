@@ -15,6 +15,7 @@
 
 #include "sharder_test_util.hpp"
 #include "sharders/mask_area.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
 using namespace cpbench::test;
