@@ -274,7 +274,7 @@ TEST_F(StepTimeline, TraceJsonHasEveryRanksPhasesNestedInTheStep) {
 
 TEST_F(StepTimeline, ReportsCarryTheTimeline) {
   const Report rep = report_from_json(read_json_file(g_run.out + "/report.json"));
-  EXPECT_EQ(rep.schema_version, 3);
+  EXPECT_EQ(rep.schema_version, 4);
   ASSERT_EQ(rep.results.size(), kCases.size());
   for (const auto& r : rep.results) {
     ASSERT_EQ(r.timeline.ranks.size(), static_cast<size_t>(kW)) << r.name;
