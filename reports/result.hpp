@@ -109,7 +109,7 @@ struct PeakRecord {
 
 // One interval of a rank's timed step, relative to the step's common start (every rank of the CP group
 // leaves a barrier, then reads its clock: the ranks' zeros differ by the barrier's exit skew).
-//   lane "phases":   step > shard | forward | backward | gather (properly nested)
+//   lane "phases":   step > shard | forward | backward (properly nested; the timed step has no gathers)
 //   lane "compute":  the transport's attention maths, one event per block and step ("ring_fwd:1", ...),
 //                    and "wait" events: the compute thread blocked on communication (exposed)
 //   lane "comm":     K/V transfers in flight, post to completion (overlapped or not)
