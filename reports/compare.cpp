@@ -59,9 +59,12 @@ void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions&
   if (d.base_n < opts.min_samples || d.new_n < opts.min_samples)
     return inconclusive("too few samples (" + std::to_string(d.base_n) + " and " + std::to_string(d.new_n) +
                         ", need " + std::to_string(opts.min_samples) + " each)");
+  // A busy machine makes a run's samples unrepresentative however tight they are. A run that was only
+  // noisier than its scenario's own stopping target (measure.max_noise) is judged by --max-noise below:
+  // the gate's tolerance, not the run's, decides.
   if (!opts.ignore_noisy_verdict) {
-    if (b.measurement.noisy()) return inconclusive("the base run was noisy: " + b.measurement.verdict_reason);
-    if (n.measurement.noisy()) return inconclusive("the new run was noisy: " + n.measurement.verdict_reason);
+    if (b.measurement.machine.busy()) return inconclusive("the base run was noisy: " + b.measurement.verdict_reason);
+    if (n.measurement.machine.busy()) return inconclusive("the new run was noisy: " + n.measurement.verdict_reason);
   }
   if (d.noise > opts.max_noise)
     return inconclusive("the median noise " + pct(d.noise) + " exceeds --max-noise " + pct(opts.max_noise));

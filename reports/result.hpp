@@ -66,6 +66,10 @@ struct MachineState {
   int64_t others_runnable_max = 0;    // and their maximum
   int64_t samples = 0;
   double cpu_mhz = 0;                 // current frequency of CPU 0 where readable, else 0
+  // Busy: on average half a runnable thread or more outside this run shared its cores while it
+  // measured. The one rule judge_noise (noisy verdict) and the regression gate (inconclusive) apply.
+  static constexpr double kBusyRunnableMean = 0.5;
+  [[nodiscard]] bool busy() const { return others_runnable_mean >= kBusyRunnableMean; }
 };
 
 // How a case was timed (harness/runner/measurement.hpp): nvbench-style, a warm-up, then timed steps
@@ -82,7 +86,7 @@ struct MeasurementRecord {
   int64_t threads_per_rank = 0;       // intra-op threads of each rank
   std::string omp_wait_policy;        // OMP_WAIT_POLICY in force (passive: no spinning)
   MachineState machine;
-  std::string verdict;         // quiet | noisy
+  std::string verdict;         // quiet | noisy (machine busy, or the median's noise above max_noise)
   std::string verdict_reason;  // why noisy
   double slowdown = 0;         // the CPBENCH_FAULT=slow test hook's fraction on this case (0: none)
   [[nodiscard]] bool noisy() const { return verdict == "noisy"; }

@@ -116,7 +116,7 @@ MachineState MachineMonitor::finish() const {
 void judge_noise(MeasurementRecord& m) {
   std::ostringstream why;
   why << std::setprecision(2);
-  if (m.machine.others_runnable_mean >= 0.5) {
+  if (m.machine.busy()) {
     why << m.machine.others_runnable_mean << " runnable threads outside this run on average (max "
         << m.machine.others_runnable_max << ") on " << m.machine.cores << " cores while measuring";
   } else if (m.step_s.size() > 1 && m.noise > m.max_noise) {

@@ -36,7 +36,10 @@ RunResult result(const std::string& name, std::vector<double> steps, const std::
   r.metrics.push_back({"step_s", m, "s", 0});
   r.measurement.step_s = std::move(steps);
   r.measurement.verdict = verdict;
-  if (verdict == "noisy") r.measurement.verdict_reason = "2 runnable threads outside this run";
+  if (verdict == "noisy") {
+    r.measurement.verdict_reason = "2 runnable threads outside this run";
+    r.measurement.machine.others_runnable_mean = 2;
+  }
   return r;
 }
 Report report(std::vector<RunResult> rs) {
@@ -96,6 +99,13 @@ TEST(Compare, TooFewSamplesOrNoisyOrInsignificantIsInconclusiveNeverARegression)
   const Comparison noisy = compare_reports(base, report({result("a", samples(0.13, 0.02, 20, 5), "ok", "noisy")}));
   EXPECT_EQ(noisy.exit_status(), kCompareInconclusive);
   EXPECT_NE(noisy.cases[0].why.find("the new run was noisy: 2 runnable"), std::string::npos) << noisy.cases[0].why;
+  // Noisier than its scenario's own stopping target (measure.max_noise 3%) on a quiet machine, but
+  // within the gate's --max-noise: the samples decide, and a 30% drop is a regression.
+  RunResult quiet_but_wide = result("a", samples(0.13, 0.02, 20, 5));
+  quiet_but_wide.measurement.verdict = "noisy";
+  quiet_but_wide.measurement.verdict_reason = "the median's noise 6.8% stayed above max_noise 3%";
+  const Comparison wide_run = compare_reports(base, report({quiet_but_wide}));
+  EXPECT_EQ(wide_run.exit_status(), 1) << comparison_table(wide_run);
   // Overlapping wide distributions, a 10% drop of the median: not significant at 5 samples.
   const Report wide_base = report({result("a", {0.08, 0.09, 0.1, 0.11, 0.12})});
   const Report wide_new = report({result("a", {0.085, 0.1, 0.11, 0.115, 0.125})});
@@ -226,7 +236,10 @@ TEST(CompareCli, DoctoredBaselineSamples) {
   const std::string base_file = std::string(CPBENCH_SOURCE_DIR) + "/reports/baselines/perf_ci.json";
   nlohmann::json base = read_json_file(base_file);
   ASSERT_EQ(base["schema_version"], 4) << "refresh the baseline (reports/baselines/README.md)";
-  for (auto& r : base["results"]) r["measurement"]["verdict"] = "quiet";  // judge the samples alone
+  for (auto& r : base["results"]) {  // judge the samples alone
+    r["measurement"]["verdict"] = "quiet";
+    r["measurement"]["machine"]["others_runnable_mean"] = 0.0;
+  }
   const auto write = [](const std::string& tag, const nlohmann::json& j) {
     const std::string path = "/tmp/cpbench-compare-" + tag + "-" + std::to_string(::getpid()) + ".json";
     write_json_file(path, j);
@@ -238,7 +251,10 @@ TEST(CompareCli, DoctoredBaselineSamples) {
     for (auto& s : r["measurement"]["step_s"]) s = s.get<double>() * 2;
   const std::string doubled_path = write("doubled", doubled);
   nlohmann::json noisy = doubled;
-  for (auto& r : noisy["results"]) r["measurement"]["verdict"] = "noisy";
+  for (auto& r : noisy["results"]) {
+    r["measurement"]["verdict"] = "noisy";
+    r["measurement"]["machine"]["others_runnable_mean"] = 2.0;
+  }
   const std::string noisy_path = write("noisy", noisy);
   nlohmann::json fewer = base;
   fewer["results"].erase(fewer["results"].begin());
