@@ -33,7 +33,9 @@ struct CompareOptions {
   // (a VM's slow phase, placement). With at least kMinCasesForSpread judged cases, their log-ratios of
   // the medians spread like that noise: a drop within between_run_k x their robust spread (1.4826 x
   // MAD) is inconclusive. A change that slows every case keeps the spread small and is still caught.
-  double between_run_k = 2.0;
+  // k = 3: under a normal model a twin pair's case crosses it with probability 0.13%, so a 12-case
+  // scenario raises a false alarm in about 1.6% of twin pairs (k = 2 would be 2.3% a case, 24% a pair).
+  double between_run_k = 3.0;
 };
 inline constexpr size_t kMinCasesForSpread = 6;
 

@@ -16,7 +16,6 @@
 namespace cpbench::kernels {
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 

@@ -11,7 +11,12 @@
 // Fully masked query rows: output 0, log-sum-exp -inf, gradients 0, never NaN, in every kernel.
 #include <ATen/ATen.h>
 
+#include <limits>
+
 namespace cpbench::kernels {
+
+// The log-sum-exp of an empty set (a fully masked row) and the score of a masked pair.
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 [[nodiscard]] at::ScalarType compute_dtype(at::ScalarType input);
 

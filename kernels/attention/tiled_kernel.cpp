@@ -11,7 +11,6 @@
 namespace cpbench::kernels {
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Column ranges [c0, c1), merged where adjacent.
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
