@@ -15,8 +15,8 @@ namespace cpbench::kernels {
 
 struct TransportState;
 
-// Throws cpbench::Error naming `what` (e.g. "ring backward dQ"), the state's dtype and shape, the dtype
-// it must have, the transport's rank and file:line of the caller's check when `state` is not in
+// Throws cpbench::Error naming `what` (the transport, pass and state, e.g. "ring backward: dQ"), the
+// state's dtype and shape, the dtype it must have and the rank when `state` is not in
 // compute_dtype(input). Cheap (a dtype comparison): called on every state in every call.
 void check_accumulator(const at::Tensor& state, at::ScalarType input, const char* what, const TransportState& st);
 
