@@ -103,8 +103,18 @@ TensorError compare_elementwise(const std::string& name, const at::Tensor& cp_in
   return e;
 }
 
+at::Tensor half_ulp(const at::Tensor& x) {
+  const at::ScalarType t = x.scalar_type();
+  CP_CHECK(t == at::kBFloat16 || t == at::kHalf, "half_ulp: ", t, " is not a 16-bit floating dtype");
+  const double mantissa_bits = t == at::kBFloat16 ? 7 : 10;  // stored bits after the leading one
+  const at::Tensor mag = x.detach().to(at::kDouble).abs();
+  // log2(0) = -inf gives 2^-inf = 0: an exact zero was not rounded.
+  return at::pow(2.0, at::floor(at::log2(mag)) - (mantissa_bits + 1));
+}
+
 TensorError compare_precision(const std::string& name, const at::Tensor& cp_in, const at::Tensor& single_in,
-                              const at::Tensor& ref64_in, const PrecisionRule& rule, const ElementNames& names) {
+                              const at::Tensor& ref64_in, const PrecisionRule& rule, const ElementNames& names,
+                              const at::Tensor& cp_rounding) {
   TensorError e;
   e.criterion = "precision";
   e.k = rule.k;
@@ -126,8 +136,16 @@ TensorError compare_precision(const std::string& name, const at::Tensor& cp_in, 
   e.max_abs = e_cp.max().item<double>();
   e.max_rel = e.max_abs / std::max(scale, 1e-300);
   e.cp_q = quantile_of(e_cp, rule.quantile);
-  const double bound_max = rule.k * e.single_rank_max + e.floor;
-  const double bound_q = rule.k * e.single_rank_q + e.floor;
+  double rounding_max = 0, rounding_q = 0;
+  if (cp_rounding.defined() && cp_rounding.numel() > 0) {
+    CP_CHECK(cp_rounding.numel() == e.elements, "reference check: the CP rounding allowance of ", name, " has ",
+             cp_rounding.numel(), " elements, the tensor ", e.elements);
+    const at::Tensor r = cp_rounding.detach().to(at::kCPU, at::kDouble);
+    rounding_max = r.max().item<double>();
+    rounding_q = quantile_of(r, rule.quantile);
+  }
+  const double bound_max = rule.k * e.single_rank_max + rounding_max + e.floor;
+  const double bound_q = rule.k * e.single_rank_q + rounding_q + e.floor;
   const double tiny = 1e-300;
   e.score = std::max(e.max_abs / std::max(bound_max, tiny), e.cp_q / std::max(bound_q, tiny));
   e.mismatches = (e_cp > bound_max).sum().item<int64_t>();
@@ -136,7 +154,11 @@ TensorError compare_precision(const std::string& name, const at::Tensor& cp_in, 
   e.worst = locate(worst, cp.sizes(), names) +
             values(cp.flatten()[worst].item<double>(), ref.flatten()[worst].item<double>(), bound_max) +
             " (q" + std::to_string(static_cast<int>(rule.quantile * 100)) + ": cp " + std::to_string(e.cp_q) +
-            " vs bound " + std::to_string(bound_q) + ")";
+            " vs bound " + std::to_string(bound_q) + ")" +
+            (rounding_max > 0 ? " (CP rounding allowance max " + std::to_string(rounding_max) + ", q" +
+                                    std::to_string(static_cast<int>(rule.quantile * 100)) + " " +
+                                    std::to_string(rounding_q) + ")"
+                              : "");
   return e;
 }
 

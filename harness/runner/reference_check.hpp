@@ -42,9 +42,16 @@ struct ElementNames {
 
 [[nodiscard]] TensorError compare_elementwise(const std::string& name, const at::Tensor& cp, const at::Tensor& ref,
                                               const ElementwiseBound& bound, const ElementNames& names);
-// `single` is the same model on one rank in the case's dtype; `ref64` the float64 reference.
+// `single` is the same model on one rank in the case's dtype; `ref64` the float64 reference;
+// `cp_rounding` (optional, shaped like `cp`): the rounding the CP path legitimately adds per element
+// beyond one rank's (for parameter gradients, Outputs::grad_rounding), added to both bounds as its max
+// and its q-quantile.
 [[nodiscard]] TensorError compare_precision(const std::string& name, const at::Tensor& cp, const at::Tensor& single,
                                             const at::Tensor& ref64, const PrecisionRule& rule,
-                                            const ElementNames& names);
+                                            const ElementNames& names, const at::Tensor& cp_rounding = {});
+
+// Half an ulp of every element of a 16-bit tensor (bfloat16: 2^(e-8), float16: 2^(e-11) for |x| in
+// [2^e, 2^(e+1)); 0 for 0): the most one rounding to that dtype can have moved it. float64 result.
+[[nodiscard]] at::Tensor half_ulp(const at::Tensor& x);
 
 }  // namespace cpbench

@@ -14,6 +14,10 @@ struct Outputs {
   at::Tensor loss, logits, x0_grad;  // logits and dL/d(x0) in the caller's [B, S, ...] coordinates
   std::vector<at::Tensor> grads;     // every parameter's gradient, in CaseContext::params order
   at::Tensor owner;                  // [B, S]: the CP rank owning each input position (-1: dropped)
+  // CP runs with 16-bit parameters (else empty): per parameter, shaped like it, float32, the sum over
+  // the CP ranks of half an ulp of each rank's partial gradient: the rounding the CP sum adds that one
+  // rank's gradient does not have (docs/correctness.md, "The bf16 rule").
+  std::vector<at::Tensor> grad_rounding;
 };
 
 // float64 / float32: the single-rank run in the case's dtype (`exact`). bfloat16 / float16: a float64

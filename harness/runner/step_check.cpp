@@ -17,8 +17,8 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
     const at::Tensor valid = x.data.batch.padding_mask->logical_not().unsqueeze(-1).to(at::kCPU);
     const auto masked = [&](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) * valid : t; };
     const auto check = [&](const std::string& name, const at::Tensor& cp, const at::Tensor& exact,
-                           const at::Tensor& single, const ElementNames& names) {
-      TensorError e = precision ? compare_precision(name, cp, single, exact, rule, names)
+                           const at::Tensor& single, const ElementNames& names, const at::Tensor& rounding = {}) {
+      TensorError e = precision ? compare_precision(name, cp, single, exact, rule, names, rounding)
                                 : compare_elementwise(name, cp, exact, bound, names);
       e.step = step;
       errs.push_back(std::move(e));
@@ -31,7 +31,8 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
     for (const auto& g : ref.exact.grads) grad_scale = std::max(grad_scale, g.abs().max().item<double>());
     for (size_t i = 0; i < x.params.size(); ++i)
       check("grad:" + x.params[i].first, got.grads[i], ref.exact.grads[i],
-            precision ? ref.single.grads[i] : at::Tensor(), {{"i", "j"}, nullptr, grad_scale});
+            precision ? ref.single.grads[i] : at::Tensor(), {{"i", "j"}, nullptr, grad_scale},
+            i < got.grad_rounding.size() ? got.grad_rounding[i] : at::Tensor());
   }
   if (x.world_pg) {
     // Data-parallel replicas check their own batches; the report takes the worst of them.

@@ -4,6 +4,7 @@
 
 #include "harness/model/mamba.hpp"
 #include "harness/model/section_clock.hpp"
+#include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "sharders/core/nvtx.hpp"
@@ -144,15 +145,20 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   {
     nvtx::Range range{x.nvtx, "backward"};
     st.loss.backward();
-    // Parameter gradients: sum of the CP ranks' partial gradients, in one flat buffer.
+    // Parameter gradients: sum of the CP ranks' partial gradients, in one flat buffer held in float32
+    // for 16-bit parameters (float64 stays float64): each rank's partial is rounded to the parameter
+    // dtype once, by its own backward, and the sum over W ranks is not rounded again per rank, as a
+    // bf16 all-reduce would (an error growing with W; docs/correctness.md, "Accumulators").
     std::vector<at::Tensor> grads;
     for (auto& [name, p] : x.params) grads.push_back(grad_or_zeros(p).flatten());
     at::Tensor flat = at::cat(grads);
+    if (keep) st.partial_grads = flat.clone();
+    if (flat.scalar_type() != at::kDouble) flat = flat.to(at::kFloat);
     x.comm.all_reduce_sum(flat);
     int64_t off = 0;
     for (auto& [name, p] : x.params) {
       const int64_t n = p.numel();
-      p.mutable_grad() = flat.narrow(0, off, n).view_as(p).clone();
+      p.mutable_grad() = flat.narrow(0, off, n).view_as(p).to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
       off += n;
     }
   }
@@ -175,6 +181,17 @@ Outputs gather_outputs(CaseContext& x, const StepState& kept) {
   x.comm.all_reduce_sum(l);
   o.loss = l;
   for (auto& [name, p] : x.params) o.grads.push_back(p.grad().detach().clone());
+  if (kept.partial_grads.defined() && judged_by_precision(kept.partial_grads.scalar_type())) {
+    // What the CP sum legitimately adds to a 16-bit gradient: every rank's partial was rounded once.
+    at::Tensor r = half_ulp(kept.partial_grads).to(at::kFloat).contiguous();
+    x.comm.all_reduce_sum(r);
+    int64_t off = 0;
+    for (auto& [name, p] : x.params) {
+      const int64_t n = p.numel();
+      o.grad_rounding.push_back(r.narrow(0, off, n).view(p.sizes()).to(at::kCPU));
+      off += n;
+    }
+  }
   o.owner = input_owner(*kept.sharder, x.data);
   x.sync();
   return o;

@@ -28,6 +28,10 @@ struct StepState {
   std::optional<Sharder> sharder;
   ModelOutput out;
   at::Tensor loss;  // this rank's partial loss (its tokens' loss sum / the global count)
+  // This rank's parameter gradients before the CP all-reduce, flat in CaseContext::params order, in the
+  // parameters' dtype (each rounded once by this rank's backward): the precision rule's allowance for
+  // 16-bit parameters (Outputs::grad_rounding).
+  at::Tensor partial_grads;
 };
 
 // One step. `stats` is reset and filled (it must outlive the step's backward). With `trace`, records

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/comm/autograd.hpp"
+#include "kernels/transports/accumulator.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
 #include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
@@ -89,6 +90,9 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
+    check_accumulator(out, q.scalar_type(), "allgather forward: the merged output", st);
+    check_accumulator(lse, q.scalar_type(), "allgather forward: the merged log-sum-exp", st);
+    tap_forward_lse(lse);
     st.count_call(bytes, pairs);
     ctx->save_for_backward({q, k, v, out, lse, blocks});
     ctx->saved_data["state"] = comm::make_saved_object(st);
@@ -114,6 +118,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
       std::vector<int64_t> shape = blocks.sizes().vec();
       dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D]
+      check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
+      check_accumulator(dkv_all, q.scalar_type(), "allgather backward: the dK/dV of every block", st);
     }
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
@@ -132,6 +138,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     at::Tensor dkv;
     if (W > 1) {
       at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
+      // The reduce-scatter sums W partial dK/dV: in 16 bits every addition would round.
+      check_accumulator(full, q.scalar_type(), "allgather backward: the dK/dV reduce-scatter buffer", st);
       {
         Phase p(st, Phase::Kind::comm, "allgather_bwd:reduce_scatter");
         const InFlight rs(st);
@@ -142,6 +150,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     } else {
       dkv = dkv_all[0];
     }
+    check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
+    check_accumulator(dkv, q.scalar_type(), "allgather backward: the reduce-scattered dK/dV", st);
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
   }
 };

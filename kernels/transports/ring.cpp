@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "kernels/comm/autograd.hpp"
+#include "kernels/transports/accumulator.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
 #include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
@@ -86,6 +87,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
+    check_accumulator(out, q.scalar_type(), "ring forward: the merged output", st);
+    check_accumulator(lse, q.scalar_type(), "ring forward: the merged log-sum-exp", st);
+    tap_forward_lse(lse);
     st.count_call(bytes, pairs);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["state"] = comm::make_saved_object(st);
@@ -113,7 +117,10 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         next = at::empty_like(cur);
         dkv_send = at::empty(cur.sizes(), wire.options(cd));
         dkv_recv = at::empty(cur.sizes(), wire.options(cd));
+        check_accumulator(dkv_send, q.scalar_type(), "ring backward: the dK/dV partial sum sent on", st);
+        check_accumulator(dkv_recv, q.scalar_type(), "ring backward: the dK/dV partial sum received", st);
       }
+      check_accumulator(dq, q.scalar_type(), "ring backward: dQ", st);
     }
     int64_t bytes = 0;
     comm::Communicator::Exchange dkv_ex;
@@ -189,6 +196,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     } else {
       dkv = dkv_home.defined() ? dkv_home : at::zeros(cur.sizes(), qc.options().dtype(cd));
     }
+    check_accumulator(dq, q.scalar_type(), "ring backward: dQ", st);
+    check_accumulator(dkv, q.scalar_type(), "ring backward: dK/dV", st);
     if (st.stats) st.stats->bytes_sent += bytes;
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
   }
