@@ -1,24 +1,18 @@
 #!/usr/bin/env bash
-# GPU check: one call, under 8 minutes, on a machine with a CUDA GPU, torch 2.11 for python3 and no
-# network. Builds cpbench against that torch, runs the `gpu` tests, then the GPU scenarios; every step
-# runs under `timeout` with its own budget, and the script exits non-zero if any step fails.
+# GPU check: one call, under 8 minutes including the build, on a machine with a CUDA GPU, torch 2.11
+# for python3 and no network. Every step runs under `timeout` with its own budget; the budgets add up
+# to at most the total (the dry run checks it and exits non-zero otherwise). Steps are independent: a
+# failed step is recorded and the next one runs (only the build gates the others: without binaries
+# they are skipped, with that reason). docs/gpu.md says what each step proves and what it cannot.
 #
 #   scripts/gpu-check.sh [--dry-run] [OUTDIR]      (OUTDIR defaults to $OUT, then ./gpu-check-out)
 #
-# Steps (budget in seconds):
-#   build        configure + build cpbench, the gpu tests and the benchmarks against python3's torch
-#   gpu-tests    cpbench_gpu_tests (fused routes vs tiled on CUDA, no host sync in a step, NCCL world
-#                of one, the runner on CUDA), JUnit XML
-#   w1-nccl      every sharder x both transports at W = 1 over NCCL, bfloat16 and float32, against the
-#                float64 reference (scenarios/gpu_correctness.yaml)
-#   w2-shared    W = 2 sharing the GPU over Gloo (scenarios/gpu_shared.yaml, share_gpu: true)
-#   wN-nccl      W = the visible GPU count over NCCL, when more than one GPU is visible
-#   throughput   BM_AttentionW1 with the Llama-3-8B attention dims (32 query / 8 kv heads of 128) in
-#                bfloat16 at 4K, 16K, 32K and 128K tokens: x_sdpa = transport / at::scaled_dot_product_attention
-#   nsys         if nsys is on the PATH: one profiled case, its cp: NVTX ranges checked present
-# Writes OUTDIR/summary.md, OUTDIR/logs/<step>.log, the reports (OUTDIR/<step>/report.*) and the test
-# XML (OUTDIR/gpu-tests.xml). Debian packages the build needs travel as .deb files in .debs/ (fetched
-# on a networked machine by scripts/fetch-gpu-debs.sh) and are unpacked under .debs/root, never into /.
+# Writes OUTDIR/summary.json (every step: status, seconds, budget, log path, numbers; the overall
+# result; the NCCL-at-W>1 status), OUTDIR/summary.md, OUTDIR/logs/<step>.log, the reports
+# (OUTDIR/<step>/report.*) and the test XML (OUTDIR/gpu-tests.xml). Debian packages the build needs
+# travel as .deb files in .debs/ (fetched on a networked machine by scripts/fetch-gpu-debs.sh) and are
+# unpacked under .debs/root, never into /. CPBENCH_GPU_NSYS=1 adds an nsys-profiled case (30 s, taken
+# from the shared step's budget).
 set -uo pipefail
 
 DRY=0
@@ -26,69 +20,102 @@ if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTDIR="${1:-${OUT:-$ROOT/gpu-check-out}}"
 BUILD="${CPBENCH_GPU_BUILD:-$ROOT/build-gpu}"
-TOTAL_BUDGET=470  # seconds: the whole check stays under 8 minutes
+TOTAL_BUDGET=470  # seconds: the whole check, build included, stays under 8 minutes
+NSYS="${CPBENCH_GPU_NSYS:-0}"
+
+# name budget_s  (the order they run in; the dry run sums them)
+B_BUILD=180
+B_GPU_TESTS=50
+B_W1=40
+B_SHARED=$([ "$NSYS" = 1 ] && echo 60 || echo 90)
+B_HYBRID=35
+B_THROUGHPUT=45
+B_WN=30
+B_NSYS=$([ "$NSYS" = 1 ] && echo 30 || echo 0)
+SUM=$((B_BUILD + B_GPU_TESTS + B_W1 + B_SHARED + B_HYBRID + B_THROUGHPUT + B_WN + B_NSYS))
+
 START=$(date +%s)
 FAILED=0
-SUMMARY=()
+STEPS_JSON=()  # one JSON object per step
 
 if [ $DRY -eq 0 ]; then
   mkdir -p "$OUTDIR/logs"
   exec > >(tee "$OUTDIR/gpu-check.log") 2>&1
 fi
 
-# step NAME BUDGET_S COMMAND: runs COMMAND under `timeout BUDGET_S` (never past the total budget),
-# logs to logs/NAME.log, records the outcome. A step that cannot start in time fails.
+json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+
+# record NAME STATUS SECONDS BUDGET LOG NUMBERS_JSON
+record() {
+  local numbers="${6:-}"
+  [ -z "$numbers" ] && numbers='{}'
+  STEPS_JSON+=("{\"name\": $(json_str "$1"), \"status\": $(json_str "$2"), \"seconds\": $3, \"budget_s\": $4, \"log\": $(json_str "$5"), \"numbers\": $numbers}")
+}
+
+# step NAME BUDGET_S WHAT COMMAND [NUMBERS_COMMAND]: runs COMMAND under `timeout` (never past the total
+# budget), logs to logs/NAME.log, records the outcome; NUMBERS_COMMAND prints the step's numbers as
+# one JSON object (run after the step, whatever its outcome).
 step() {
-  local name="$1" budget="$2" cmd="$3"
+  local name="$1" budget="$2" what="$3" cmd="$4" numbers_cmd="${5:-}"
   if [ $DRY -eq 1 ]; then
-    printf '%-11s %4d s  %s\n' "$name" "$budget" "$cmd"
+    printf '%-15s %4d s  %s\n' "$name" "$budget" "$what"
     return 0
   fi
   local left=$((TOTAL_BUDGET - ($(date +%s) - START)))
   if [ "$left" -lt 10 ]; then
-    SUMMARY+=("| $name | FAILED | 0 | no time left in the ${TOTAL_BUDGET} s budget |")
+    record "$name" "FAILED: no time left in the ${TOTAL_BUDGET} s budget" 0 "$budget" "" "{}"
     FAILED=1
     return 1
   fi
   [ "$budget" -gt "$left" ] && budget=$left
-  echo "== $name (budget ${budget} s): $cmd"
+  echo "== $name (budget ${budget} s): $what"
   local t0=$(date +%s) rc
   timeout --kill-after=10 "$budget" bash -c "$cmd" >"$OUTDIR/logs/$name.log" 2>&1
   rc=$?
-  local dt=$(($(date +%s) - t0)) what="ok"
+  local dt=$(($(date +%s) - t0)) status="PASS"
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    what="TIMEOUT after ${budget} s"
+    status="TIMEOUT after ${budget} s"
   elif [ $rc -ne 0 ]; then
-    what="FAILED (exit $rc)"
+    status="FAILED (exit $rc)"
   fi
-  if [ "$what" != "ok" ]; then
+  if [ "$status" != "PASS" ]; then
     FAILED=1
-    echo "!! $name: $what; last lines of logs/$name.log:"
+    echo "!! $name: $status; last lines of logs/$name.log:"
     tail -25 "$OUTDIR/logs/$name.log"
   fi
-  SUMMARY+=("| $name | $what | $dt | logs/$name.log |")
-  [ "$what" = "ok" ]
+  local numbers="{}"
+  if [ -n "$numbers_cmd" ]; then numbers=$(bash -c "$numbers_cmd" 2>/dev/null | tail -1); fi
+  [ -z "$numbers" ] && numbers="{}"
+  record "$name" "$status" "$dt" "$budget" "logs/$name.log" "$numbers"
+  [ "$status" = "PASS" ]
 }
 
-skip() {
-  if [ $DRY -eq 1 ]; then printf '%-11s %4s    skipped: %s\n' "$1" "-" "$2"; return 0; fi
-  echo "== $1: skipped ($2)"
-  SUMMARY+=("| $1 | skipped | 0 | $2 |")
+# not_run NAME BUDGET STATUS: a step that does not run here, with the reason as its status.
+not_run() {
+  if [ $DRY -eq 1 ]; then printf '%-15s %4d s  %s\n' "$1" "$2" "$3"; return 0; fi
+  echo "== $1: $3"
+  record "$1" "$3" 0 "$2" "" "{}"
 }
 
 # The GPU machine keeps torch in /opt/torch/.venv (docs/gpu.md); CPBENCH_PYTHON wins.
 if [ -z "${CPBENCH_PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ]; then PY=/opt/torch/.venv/bin/python3; else PY="${CPBENCH_PYTHON:-python3}"; fi
 if [ $DRY -eq 1 ]; then
-  echo "gpu-check dry run: ROOT=$ROOT OUTDIR=$OUTDIR BUILD=$BUILD total budget ${TOTAL_BUDGET} s"
-  GPUS=1
-  HAVE_NSYS=$(command -v nsys >/dev/null && echo 1 || echo 0)
+  echo "gpu-check dry run: ROOT=$ROOT OUTDIR=$OUTDIR BUILD=$BUILD"
+  echo "budgets: $SUM s of a total of ${TOTAL_BUDGET} s"
+  GPUS="${CPBENCH_GPU_COUNT:-1}"
+  for f in gpu_routes gpu_shared gpu_shared_hybrid gpu_nccl_multi; do
+    [ -f "$ROOT/scenarios/$f.yaml" ] || { echo "!! scenarios/$f.yaml is missing"; exit 1; }
+  done
 else
   echo "== gpu-check $(date -u +%FT%TZ) on $(hostname)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-  HAVE_NSYS=$(command -v nsys >/dev/null && echo 1 || echo 0)
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' ||
     echo "!! $PY cannot import torch: set CPBENCH_PYTHON to the python whose torch the build should use (the build step will fail)"
+fi
+if [ "$SUM" -gt "$TOTAL_BUDGET" ]; then
+  echo "!! the step budgets add up to $SUM s, over the total of ${TOTAL_BUDGET} s"
+  exit 1
 fi
 
 # Debian packages carried as .deb files: unpacked under .debs/root, found through the prefix path.
@@ -103,50 +130,97 @@ BUILD_CMD="$PREP; $CONFIGURE && cmake --build '$BUILD' -j \$(nproc) --target cpb
 export LD_LIBRARY_PATH="$DEBS_ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 CP="'$BUILD/cpbench'"
 
-if step build 200 "$BUILD_CMD"; then
-  step gpu-tests 60 "'$BUILD/tests/cpbench_gpu_tests' --gtest_output=xml:'$OUTDIR/gpu-tests.xml'"
-  step w1-nccl 90 "$CP run '$ROOT/scenarios/gpu_correctness.yaml' --out '$OUTDIR/w1-nccl' \
-&& grep -Eq 'backend.{0,4}nccl' '$OUTDIR/w1-nccl/report.json'"
-  step w2-shared 40 "$CP run '$ROOT/scenarios/gpu_shared.yaml' --out '$OUTDIR/w2-shared'"
+# Numbers of a scenario step: its cases by status and backend, from OUTDIR/<step>/report.json.
+cases_numbers() {
+  echo "$PY - '$OUTDIR/$1/report.json' <<'PYEOF'
+import json, sys, collections
+r = json.load(open(sys.argv[1]))
+res = r.get('results', [])
+st = collections.Counter(c.get('status', '?') for c in res)
+be = collections.Counter(c.get('axes', {}).get('backend', '?') for c in res)
+print(json.dumps({'cases': len(res), 'by_status': st, 'by_backend': be,
+                  'not_ok': [c.get('name', '?') + ': ' + str(c.get('reason', ''))[:200] for c in res if c.get('status') != 'ok'][:20]}))
+PYEOF"
+}
+# x_sdpa of every throughput point, and the assertion's verdict (<= 1.10 at S >= 8192, bf16).
+XSDPA_PY="import json, sys
+b = json.load(open(sys.argv[1]))['benchmarks']
+pts = {x['name']: round(x.get('x_sdpa', 0), 3) for x in b if 'x_sdpa' in x}
+bad = {n: v for n, v in pts.items() if int(n.split('S:')[1].split('/')[0]) >= 8192 and not 0 < v <= 1.10}
+print(json.dumps({'x_sdpa': pts, 'over_1_10_at_8k_plus': bad}))
+sys.exit(1 if bad or not pts else 0)"
+
+if step build "$B_BUILD" "configure + build cpbench, cpbench_gpu_tests, cpbench_bench against python3's torch" "$BUILD_CMD"; then
+  step gpu-tests "$B_GPU_TESTS" "cpbench_gpu_tests (label gpu): fused routes vs tiled on CUDA, GQA native on flash, no host sync in a step (masked plans, a2a), NCCL world of one, the runner on CUDA" \
+    "'$BUILD/tests/cpbench_gpu_tests' --gtest_output=xml:'$OUTDIR/gpu-tests.xml'" \
+    "$PY -c \"import xml.etree.ElementTree as E, json; r=E.parse('$OUTDIR/gpu-tests.xml').getroot(); print(json.dumps({k: int(r.get(k, 0)) for k in ('tests', 'failures', 'errors', 'disabled')}))\""
+  step w1-nccl "$B_W1" "W = 1 over NCCL, one case per kernel route per dtype (flash, memory-efficient + bias, tiled; a2a) vs float64 (scenarios/gpu_routes.yaml)" \
+    "$CP run '$ROOT/scenarios/gpu_routes.yaml' --out '$OUTDIR/w1-nccl' && grep -Eq 'backend.{0,4}nccl' '$OUTDIR/w1-nccl/report.json'" \
+    "$(cases_numbers w1-nccl)"
+  step shared "$B_SHARED" "W = 2, 4 sharing the GPU over Gloo: every layout x allgather, ring, a2a, hybrid; negative controls perturbed and a2a_rank_order (expect: mismatch) (scenarios/gpu_shared.yaml)" \
+    "$CP run '$ROOT/scenarios/gpu_shared.yaml' --out '$OUTDIR/shared'" "$(cases_numbers shared)"
+  step shared-hybrid "$B_HYBRID" "tiny-hybrid (Mamba + attention) at W = 2, 4 sharing the GPU over Gloo; control ssm_rank_order (scenarios/gpu_shared_hybrid.yaml)" \
+    "$CP run '$ROOT/scenarios/gpu_shared_hybrid.yaml' --out '$OUTDIR/shared-hybrid'" "$(cases_numbers shared-hybrid)"
+  step throughput "$B_THROUGHPUT" "BM_AttentionW1, Llama-3-8B attention dims, bf16, causal and document, after warm-up: x_sdpa <= 1.10 at S >= 8192 (asserted)" \
+    "'$BUILD/tests/cpbench_bench' --benchmark_filter=BM_AttentionW1 --benchmark_out='$OUTDIR/throughput.json' \
+--benchmark_out_format=json | tee '$OUTDIR/throughput.txt' && $PY -c \"$XSDPA_PY\" '$OUTDIR/throughput.json'" \
+    "$PY -c \"$XSDPA_PY\" '$OUTDIR/throughput.json'"
   if [ "$GPUS" -gt 1 ]; then
-    step wN-nccl 40 "$CP run '$ROOT/scenarios/gpu_correctness.yaml' -a cp=[$GPUS] -a dtype=[bfloat16] --out '$OUTDIR/wN-nccl'"
+    step wN-nccl "$B_WN" "W = $GPUS over NCCL, one GPU per rank: allgather, ring, a2a (scenarios/gpu_nccl_multi.yaml -a cp=[$GPUS])" \
+      "$CP run '$ROOT/scenarios/gpu_nccl_multi.yaml' -a cp=[$GPUS] --out '$OUTDIR/wN-nccl' \
+&& grep -Eq 'backend.{0,4}nccl' '$OUTDIR/wN-nccl/report.json'" "$(cases_numbers wN-nccl)"
   else
-    skip wN-nccl "one GPU visible"
+    not_run wN-nccl "$B_WN" "NCCL at W > 1: not tested ($GPUS GPU)"
   fi
-  step throughput 75 "'$BUILD/tests/cpbench_bench' --benchmark_filter=BM_AttentionW1 \
---benchmark_out='$OUTDIR/throughput.json' --benchmark_out_format=json | tee '$OUTDIR/throughput.txt' \
-&& grep -q x_sdpa '$OUTDIR/throughput.txt'"
-  if [ "$HAVE_NSYS" = 1 ]; then
-    step nsys 30 "nsys profile -t cuda,nvtx -o '$OUTDIR/nsys/case' $CP run '$ROOT/scenarios/gpu_shared.yaml' \
---filter 'load_balanced.*ring' -a cp=[1] --out '$OUTDIR/nsys/out' && nsys stats -r nvtx_sum '$OUTDIR/nsys/case.nsys-rep' \
+  if [ "$NSYS" = 1 ]; then
+    if command -v nsys >/dev/null; then
+      step nsys "$B_NSYS" "one nsys-profiled case, its cp: NVTX ranges present" \
+        "nsys profile -t cuda,nvtx -o '$OUTDIR/nsys/case' $CP run '$ROOT/scenarios/gpu_routes.yaml' \
+--filter 'allgather.*causal.*bfloat16' --out '$OUTDIR/nsys/out' && nsys stats -r nvtx_sum '$OUTDIR/nsys/case.nsys-rep' \
 | tee '$OUTDIR/nsys/nvtx.txt' && grep -q 'cp:load_balanced:forward' '$OUTDIR/nsys/nvtx.txt' \
 && grep -q 'cp:load_balanced:attn_compute' '$OUTDIR/nsys/nvtx.txt'"
-  else
-    skip nsys "nsys is not on the PATH"
+    else
+      not_run nsys "$B_NSYS" "skipped: nsys is not on the PATH"
+    fi
   fi
 else
-  for s in gpu-tests w1-nccl w2-shared wN-nccl throughput nsys; do skip "$s" "the build failed"; done
   FAILED=1
+  for s in gpu-tests:$B_GPU_TESTS w1-nccl:$B_W1 shared:$B_SHARED shared-hybrid:$B_HYBRID throughput:$B_THROUGHPUT wN-nccl:$B_WN; do
+    not_run "${s%%:*}" "${s##*:}" "skipped: the build failed"
+  done
 fi
 
-[ $DRY -eq 1 ] && { echo "dry run: nothing was run"; exit 0; }
+if [ $DRY -eq 1 ]; then
+  echo "dry run: nothing was run"
+  exit 0
+fi
+RESULT=$([ $FAILED -eq 0 ] && echo PASS || echo FAIL)
+NCCL_MULTI=$([ "$GPUS" -gt 1 ] && echo "tested at W = $GPUS (step wN-nccl)" || echo "NCCL at W > 1: not tested ($GPUS GPU)")
+{
+  echo "{"
+  echo "  \"when\": \"$(date -u +%FT%TZ)\", \"host\": $(json_str "$(hostname)"), \"gpus\": $GPUS,"
+  echo "  \"total_s\": $(($(date +%s) - START)), \"total_budget_s\": $TOTAL_BUDGET,"
+  echo "  \"result\": \"$RESULT\","
+  echo "  \"nccl_multi_rank\": $(json_str "$NCCL_MULTI"),"
+  echo "  \"steps\": ["
+  n=${#STEPS_JSON[@]}
+  for i in "${!STEPS_JSON[@]}"; do
+    sep=","; [ $((i + 1)) -eq $n ] && sep=""
+    echo "    ${STEPS_JSON[$i]}$sep"
+  done
+  echo "  ]"
+  echo "}"
+} >"$OUTDIR/summary.json"
 {
   echo "# gpu-check $(date -u +%FT%TZ)"
   echo
   echo "- host $(hostname), GPUs $GPUS, total $(($(date +%s) - START)) s of ${TOTAL_BUDGET} s"
-  echo "- result: $([ $FAILED -eq 0 ] && echo PASS || echo FAIL)"
+  echo "- result: $RESULT"
+  echo "- $NCCL_MULTI"
   echo
-  echo "| step | outcome | seconds | detail |"
-  echo "|---|---|---:|---|"
-  printf '%s\n' "${SUMMARY[@]}"
-  if [ -f "$OUTDIR/throughput.txt" ]; then
-    echo
-    echo '## x_sdpa (transport / at::scaled_dot_product_attention, W = 1, fwd + bwd, causal, bf16)'
-    echo
-    echo '```'
-    grep BM_AttentionW1 "$OUTDIR/throughput.txt"
-    echo '```'
-  fi
+  echo '```json'
+  cat "$OUTDIR/summary.json"
+  echo '```'
 } >"$OUTDIR/summary.md"
 cat "$OUTDIR/summary.md"
 exit $FAILED

@@ -229,10 +229,11 @@ Result run_transport(const Transport& t, const comm::Communicator& c, const Situ
   ctx.scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   ctx.stats = &res.stats;
   ctx.nvtx_prefix = "cp:test";
+  std::vector<int64_t> order;  // the layout's map, as the runner hands it (head-parallel: global order)
+  for (const auto& rk : g.ranks) order.insert(order.end(), rk.begin(), rk.end());
+  ctx.global_index = i64(order);
   at::Tensor out = t.attend(ql, kl, vl, ctx);
   out.backward(grad.to(dtype).index_select(2, idx));
-  std::vector<int64_t> order;
-  for (const auto& rk : g.ranks) order.insert(order.end(), rk.begin(), rk.end());
   std::vector<int64_t> inv(order.size());
   for (size_t j = 0; j < order.size(); ++j) inv[static_cast<size_t>(order[j])] = static_cast<int64_t>(j);
   const at::Tensor inverse = i64(inv);

@@ -271,20 +271,57 @@ int parse_env_int(const char* name, const std::string& value) {
 }
 }  // namespace
 
+namespace {
+// SLURM_NTASKS_PER_NODE: "8", or "8(x2)" for 2 nodes of 8; "8,4" (nodes with different counts) has
+// no one local world size.
+int parse_tasks_per_node(const std::string& v) {
+  const std::string head = v.substr(0, v.find('('));
+  CP_CHECK_USAGE(v.find(',') == std::string::npos && !head.empty(), "environment variable SLURM_NTASKS_PER_NODE=\"",
+                 v, "\": cpbench needs the same number of tasks on every node");
+  return parse_env_int("SLURM_NTASKS_PER_NODE", head);
+}
+
+std::optional<RankEnv> slurm_rank_env() {
+  const auto procid = getenv_str("SLURM_PROCID");
+  const auto ntasks = getenv_str("SLURM_NTASKS");
+  if (!procid || !ntasks || parse_env_int("SLURM_NTASKS", *ntasks) <= 1) return std::nullopt;
+  RankEnv env;
+  env.from_slurm = true;
+  env.rank = parse_env_int("SLURM_PROCID", *procid);
+  env.world_size = parse_env_int("SLURM_NTASKS", *ntasks);
+  const auto localid = getenv_str("SLURM_LOCALID");
+  const auto per_node = getenv_str("SLURM_NTASKS_PER_NODE");
+  CP_CHECK_USAGE(localid && per_node, "a SLURM task (SLURM_PROCID=", *procid, ", SLURM_NTASKS=", *ntasks,
+                 ") needs SLURM_LOCALID and SLURM_NTASKS_PER_NODE (srun --ntasks-per-node N sets them); got "
+                 "SLURM_LOCALID=", localid.value_or("<unset>"), ", SLURM_NTASKS_PER_NODE=",
+                 per_node.value_or("<unset>"));
+  env.local_rank = parse_env_int("SLURM_LOCALID", *localid);
+  env.local_world_size = parse_tasks_per_node(*per_node);
+  return env;
+}
+}  // namespace
+
 std::optional<RankEnv> rank_env_from_environment() {
   auto rank = getenv_str("RANK");
   auto world = getenv_str("WORLD_SIZE");
-  if (!rank && !world) return std::nullopt;
-  CP_CHECK_USAGE(rank && world, "RANK and WORLD_SIZE must be set together (RANK=", rank.value_or("<unset>"),
-                 ", WORLD_SIZE=", world.value_or("<unset>"), ")");
   RankEnv env;
-  env.rank = parse_env_int("RANK", *rank);
-  env.world_size = parse_env_int("WORLD_SIZE", *world);
-  env.local_rank = getenv_str("LOCAL_RANK") ? parse_env_int("LOCAL_RANK", *getenv_str("LOCAL_RANK")) : env.rank;
-  env.local_world_size = getenv_str("LOCAL_WORLD_SIZE")
-                             ? parse_env_int("LOCAL_WORLD_SIZE", *getenv_str("LOCAL_WORLD_SIZE"))
-                             : env.world_size;
+  if (!rank && !world) {
+    const auto slurm = slurm_rank_env();
+    if (!slurm) return std::nullopt;
+    env = *slurm;
+  } else {
+    CP_CHECK_USAGE(rank && world, "RANK and WORLD_SIZE must be set together (RANK=", rank.value_or("<unset>"),
+                   ", WORLD_SIZE=", world.value_or("<unset>"), ")");
+    env.rank = parse_env_int("RANK", *rank);
+    env.world_size = parse_env_int("WORLD_SIZE", *world);
+    env.local_rank = getenv_str("LOCAL_RANK") ? parse_env_int("LOCAL_RANK", *getenv_str("LOCAL_RANK")) : env.rank;
+    env.local_world_size = getenv_str("LOCAL_WORLD_SIZE")
+                               ? parse_env_int("LOCAL_WORLD_SIZE", *getenv_str("LOCAL_WORLD_SIZE"))
+                               : env.world_size;
+  }
+  // A SLURM task reads SLURM's node id only (a stray NODE_RANK in its environment is not its own).
   for (const char* name : {"NODE_RANK", "GROUP_RANK", "SLURM_NODEID"}) {
+    if (env.from_slurm && std::string(name) != "SLURM_NODEID") continue;
     if (auto v = getenv_str(name)) {
       env.node_rank = parse_env_int(name, *v);
       break;

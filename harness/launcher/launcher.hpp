@@ -72,8 +72,15 @@ struct RankEnv {
   int node_rank = 0;         // NODE_RANK or GROUP_RANK (torchrun), SLURM_NODEID; else 0
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  bool from_slurm = false;   // read from SLURM's variables (below)
 };
-// nullopt when RANK / WORLD_SIZE are not set; throws when they are set but malformed or incomplete.
+// torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE win. Without RANK and WORLD_SIZE, a
+// task that `srun` started in a job step of more than one task reads SLURM's own: SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE ("8" or "8(x2)": the same count on every node;
+// a list of different counts is refused), SLURM_NODEID; MASTER_ADDR and MASTER_PORT still come from
+// the environment. A step of one task (an interactive salloc shell) is not a joined job: cpbench
+// launches its own ranks there. nullopt when neither set is present; throws when one is set but
+// malformed or incomplete.
 [[nodiscard]] std::optional<RankEnv> rank_env_from_environment();
 
 }  // namespace cpbench::comm

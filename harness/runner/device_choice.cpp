@@ -16,6 +16,13 @@ DeviceChoice choose_device(bool cuda, int local_rank, int local_world_size, int 
     d.backend = comm::BackendKind::nccl;
     return d;
   }
+  if (visible_gpus == 1 && !share_gpu) {
+    // One GPU visible to a rank of several on the node: per-rank binding (each rank sees only its
+    // own GPU, as index 0), not several ranks on one GPU, which a scenario asks for with share_gpu.
+    d.device_index = 0;
+    d.backend = comm::BackendKind::nccl;
+    return d;
+  }
   CP_CHECK_USAGE(share_gpu, "device: cuda with ", local_world_size, " ranks on this node but ", visible_gpus,
                  " visible GPU(s): NCCL needs one GPU per rank. Run at most ", visible_gpus,
                  " ranks per node, or set `share_gpu: true` in the scenario to share GPUs over Gloo");

@@ -4,6 +4,11 @@
 //   cpu                                  -> CPU, Gloo
 //   cuda, LOCAL_WORLD_SIZE <= visible    -> GPU LOCAL_RANK, NCCL (a multi-node job gets NCCL too: the
 //                                           choice reads the local world size, never the global one)
+//   cuda, one visible GPU, LOCAL_WORLD_SIZE > 1, no share_gpu
+//                                        -> GPU 0, NCCL: each rank was given its own GPU
+//                                           (SLURM's per-task GPU binding, CUDA_VISIBLE_DEVICES per rank);
+//                                           were they all the same GPU, NCCL itself refuses the
+//                                           duplicate device at the group's eager connect
 //   cuda, LOCAL_WORLD_SIZE > visible     -> an error naming both counts, unless the scenario says
 //                                           share_gpu: true: then GPU LOCAL_RANK % visible over Gloo,
 //                                           labelled in the report (backend "gloo", shared_gpu "true")

@@ -265,14 +265,8 @@ int run_command(const RunOptions& o) {
 
   // Admission before anything is started or written (admission.hpp).
   if (env) {
-    int64_t local = 1;
-    if (const char* lws = std::getenv("LOCAL_WORLD_SIZE")) {
-      try {
-        local = std::max<int64_t>(1, std::stoll(lws));
-      } catch (const std::exception&) {
-        throw UsageError(detail::concat("environment variable LOCAL_WORLD_SIZE=\"", lws, "\" is not an integer"));
-      }
-    }
+    // The local world size the environment gave (torchrun's LOCAL_WORLD_SIZE or SLURM's tasks per node).
+    const int local = env->from_slurm || std::getenv("LOCAL_WORLD_SIZE") ? std::max(1, env->local_world_size) : 1;
     admit(spec, cases, host_limits(), local, env->world_size);
   } else {
     admit(spec, cases, host_limits(o.max_local_ranks));

@@ -88,6 +88,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   Sharder& sharder = *st.sharder;
   Batch local;
   TokenMeta local_meta, all_meta;
+  at::Tensor global_index;  // the layout's map: global stream position of each rank-order column
   std::shared_ptr<const kernels::PlanCache> plans;
   std::optional<SsmStepContext> ssm;
   SectionClock ssm_clock(x.device);
@@ -100,7 +101,13 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     all_meta = gather_meta(x.comm, local_meta);
     // Block plans for the whole step, from the metadata on the host (one copy from the device under
     // NCCL, here): every layer's forward and backward reuse them, with no host synchronization.
-    plans = x.transport->make_plans(c.mask, local_meta, all_meta, x.cp_rank, static_cast<int>(c.cp), x.device);
+    // The head-parallel transports gather in rank order and attend in global order: the shard's own
+    // map between the two (host memory, read once here).
+    std::vector<int64_t> rank_order;
+    for (const auto& r : sharder.shard_layout().global.ranks) rank_order.insert(rank_order.end(), r.begin(), r.end());
+    global_index = at::tensor(rank_order, at::kLong);
+    plans = x.transport->make_plans(c.mask, local_meta, all_meta, global_index, x.cp_rank, static_cast<int>(c.cp),
+                                    x.device);
     // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
     // resets, once per step.
     if (x.s.model.has_ssm()) {
@@ -115,7 +122,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   t.shard = mark("shard", t0);
 
   t0 = clock_type::now();
-  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false};
+  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false, global_index};
   AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return x.transport->attend(q, k, v, ctx);
   };

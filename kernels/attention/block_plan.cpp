@@ -1,5 +1,7 @@
 #include "kernels/attention/block_plan.hpp"
 
+#include <atomic>
+
 #include <algorithm>
 #include <utility>
 
@@ -191,8 +193,24 @@ BlockPlan plan_from_cells(int64_t batch, int64_t rows, int64_t cols, std::vector
   return plan;
 }
 
+namespace {
+std::atomic<int64_t> g_mask_windows{0};
+}  // namespace
+
+int64_t mask_windows_built() { return g_mask_windows.load(); }
+
+void attach_band_masks(BlockPlan& plan, int64_t batch, const at::Device& device) {
+  if (plan.kind != BlockKind::masked || plan.causal) return;
+  for (MaskBand& band : plan.bands) {
+    if (!band.masked || band.mask.defined()) continue;
+    band.mask = plan_mask(plan, batch, band.r0, band.r1 - band.r0, band.c0, band.c1 - band.c0, device).contiguous();
+    band.empty_rows = band.mask.any(-1).logical_not();
+  }
+}
+
 at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
                      const at::Device& device) {
+  g_mask_windows.fetch_add(1);
   const TileMap& m = plan.tiles;
   CP_CHECK(plan.kind == BlockKind::masked && r0 >= 0 && c0 >= 0 && n >= 0 && w >= 0 && r0 + n <= m.rows &&
                c0 + w <= m.cols && r0 % kBlockTile == 0 && c0 % kBlockTile == 0,

@@ -46,6 +46,14 @@ struct TileMap {
 struct MaskBand {
   int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;  // rows [r0, r1), cols [c0, c1) of the (trimmed) block
   bool masked = false;
+  // attach_band_masks: the band's window of the mask, bool [B, r1 - r0, c1 - c0], and its rows that see
+  // nothing in it, bool [B, r1 - r0], on the plan's device; undefined until attached (or unmasked).
+  at::Tensor mask{}, empty_rows{};
+  // The fused kernels' additive form of `mask`, [B, 1, r1 - r0, c1 - c0] in the kernel dtype (on CUDA
+  // a slice of a key dim padded to 16), made by the first call that needs it and reused by every
+  // later layer and the backward: one per band and dtype, never per head or per call. A cache, so
+  // mutable; a step's plans are read by one thread.
+  mutable at::Tensor bias{};
 };
 [[nodiscard]] std::vector<MaskBand> mask_bands(const TileMap& tiles);
 
@@ -85,6 +93,14 @@ struct BlockPlan {
 // masked ones theirs) or, for a causal plan without cells, from the triangle (key j <= query i).
 [[nodiscard]] at::Tensor plan_mask(const BlockPlan& plan, int64_t batch, int64_t r0, int64_t n, int64_t c0, int64_t w,
                                    const at::Device& device);
+
+// Builds every masked band's window (MaskBand::mask, empty_rows) on `device`, once, with the plan:
+// the fused kernels then read them in every layer's forward and backward and build no mask inside a
+// step (PlanCache does this for every plan it makes). No-op for unmasked and causal plans.
+void attach_band_masks(BlockPlan& plan, int64_t batch, const at::Device& device);
+
+// plan_mask() calls in this process so far: the test that a step's layers build no mask reads it.
+[[nodiscard]] int64_t mask_windows_built();
 
 // Classifies a bool [B, Sq, Sk] mask (a few small device -> host copies, none per tile).
 [[nodiscard]] BlockPlan plan_block(const at::Tensor& mask);

@@ -46,20 +46,45 @@ std::optional<Rect> full_rectangle(const TileMap& m) {
 // bool mask [B, Sq, Sk].
 struct Call {
   bool causal = false;
-  at::Tensor mask;  // undefined: no mask
+  at::Tensor mask;        // undefined: no mask
+  at::Tensor empty_rows;  // bool [B, Sq], rows the mask leaves without a key (undefined: computed here)
+  const MaskBand* band = nullptr;  // the plan's band the mask comes from: its bias is cached there
 };
 
-// Additive mask in the kernel dtype, [B, 1, Sq, Sk] (CPU) or [B, H, Sq, Sk] with the key dim padded
-// to a multiple of 16 and sliced back (the memory-efficient kernel's alignment rule).
+// Additive mask in the kernel dtype, one for all heads: [B, 1, Sq, Sk] (CPU), or on CUDA the same
+// with its key dim padded to a multiple of 16 and sliced back (the memory-efficient kernel's
+// alignment rule), expanded over the H heads without a copy (stride 0).
 at::Tensor additive_mask(const at::Tensor& mask, const at::Tensor& q, bool cuda) {
   const int64_t b = mask.size(0), sq = mask.size(1), sk = mask.size(2);
   if (!cuda) return at::zeros({b, 1, sq, sk}, q.options()).masked_fill_(mask.logical_not().unsqueeze(1), kNegInf);
   const int64_t padded = (sk + 15) / 16 * 16;
-  at::Tensor bias = at::zeros({b, q.size(1), sq, padded}, q.options()).narrow(3, 0, sk);
+  at::Tensor bias = at::zeros({b, 1, sq, padded}, q.options()).narrow(3, 0, sk);
   return bias.masked_fill_(mask.logical_not().unsqueeze(1), kNegInf);
 }
 
-// CUDA kernels take as many kv heads as query heads here (GQA by expansion; dK/dV summed back).
+// The call's bias, [B, 1, Sq, Sk] (CPU) or expanded over the heads (CUDA): the band's cached one
+// when it matches the kernel's dtype and device, else built (and cached on the band).
+at::Tensor call_bias(const Call& call, const at::Tensor& q, bool cuda) {
+  at::Tensor bias;
+  if (call.band && call.band->bias.defined() && call.band->bias.scalar_type() == q.scalar_type() &&
+      call.band->bias.device() == q.device()) {
+    bias = call.band->bias;
+  } else {
+    bias = additive_mask(call.mask, q, cuda);
+    if (call.band) call.band->bias = bias;
+  }
+  return cuda ? bias.expand({bias.size(0), q.size(1), bias.size(2), bias.size(3)}) : bias;
+}
+
+// The flash route evaluates no mask: a call that carries one must never reach it (it would run
+// unmasked and be silently wrong). block_route sends masked calls elsewhere; this holds it.
+void check_flash_unmasked(const Call& call, const char* where) {
+  CP_CHECK(!call.mask.defined(), where, ": the flash route was given a mask ", shape_str(call.mask.sizes()),
+           " it cannot evaluate (block_route sends masked bands to the memory-efficient kernel)");
+}
+
+// The memory-efficient kernel takes as many kv heads as query heads (GQA by expansion; dK/dV summed
+// back). The flash kernel takes GQA natively and never expands.
 at::Tensor expand_heads(const at::Tensor& t, int64_t hq) {
   return t.size(1) == hq ? t : t.repeat_interleave(hq / t.size(1), 1);
 }
@@ -74,19 +99,18 @@ BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
   at::Tensor out, lse;
   if (route == KernelRoute::cpu_flash) {
     std::optional<at::Tensor> bias;
-    if (call.mask.defined()) bias = additive_mask(call.mask, q, false);
+    if (call.mask.defined()) bias = call_bias(call, q, false);
     std::tie(out, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, call.causal, bias, scale);
   } else if (route == KernelRoute::cuda_flash) {
-    const int64_t hq = q.size(1);
-    auto r = at::_scaled_dot_product_flash_attention(q, expand_heads(k, hq), expand_heads(v, hq), 0.0, call.causal,
-                                                     false, scale);
+    check_flash_unmasked(call, "fused_forward");
+    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, call.causal, false, scale);
     out = std::get<0>(r);
     lse = std::get<1>(r);
   } else {
     CP_CHECK(route == KernelRoute::cuda_efficient, "fused_forward: route ", to_string(route), " is not fused");
     const int64_t hq = q.size(1);
     std::optional<at::Tensor> bias;
-    if (call.mask.defined()) bias = additive_mask(call.mask, q, true);
+    if (call.mask.defined()) bias = call_bias(call, q, true);
     auto r = at::_scaled_dot_product_efficient_attention(q, expand_heads(k, hq), expand_heads(v, hq), bias, true, 0.0,
                                                          call.causal, scale);
     out = std::get<0>(r);
@@ -96,7 +120,8 @@ BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
   lse = lse.to(cd);
   if (call.mask.defined()) {
     // The kernels give a row with no visible key lse 0 (CPU) or NaN (CUDA); the merge needs -inf, out 0.
-    const at::Tensor none = call.mask.any(-1).logical_not().unsqueeze(1);  // [B, 1, Sq]
+    const at::Tensor none =
+        (call.empty_rows.defined() ? call.empty_rows : call.mask.any(-1).logical_not()).unsqueeze(1);  // [B, 1, Sq]
     out = out.masked_fill(none.unsqueeze(-1), 0);
     lse = lse.masked_fill(none, kNegInf);
   }
@@ -113,21 +138,23 @@ BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at:
   at::Tensor dq, dk, dv;
   if (route == KernelRoute::cpu_flash) {
     std::optional<at::Tensor> bias;
-    if (call.mask.defined()) bias = additive_mask(call.mask, q, false);
+    if (call.mask.defined()) bias = call_bias(call, q, false);
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         dout, q, k, v, out_k, lse_f.to(q.scalar_type()).contiguous(), 0.0, call.causal, bias, scale);
   } else {
     const int64_t hq = q.size(1), hkv = k.size(1);
-    const at::Tensor ke = expand_heads(k, hq), ve = expand_heads(v, hq);
     const at::Tensor none = at::empty({0}, q.options().dtype(at::kLong));
     if (route == KernelRoute::cuda_flash) {
+      check_flash_unmasked(call, "fused_backward");
+      // GQA native: dK / dV come back with the kv heads.
       std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-          dout, q, ke, ve, out_k, lse_f.to(at::kFloat).contiguous(), at::Tensor(), at::Tensor(), q.size(2), k.size(2),
+          dout, q, k, v, out_k, lse_f.to(at::kFloat).contiguous(), at::Tensor(), at::Tensor(), q.size(2), k.size(2),
           0.0, call.causal, none, none, scale);
     } else {
+      const at::Tensor ke = expand_heads(k, hq), ve = expand_heads(v, hq);
       CP_CHECK(route == KernelRoute::cuda_efficient, "fused_backward: route ", to_string(route), " is not fused");
       at::Tensor bias;
-      if (call.mask.defined()) bias = additive_mask(call.mask, q, true);
+      if (call.mask.defined()) bias = call_bias(call, q, true);
       const int64_t pad = (q.size(2) + 31) / 32 * 32 - q.size(2);
       const at::Tensor lse_p = at::constant_pad_nd(lse_f.to(at::kFloat), {0, pad}, 0).contiguous();
       auto r = at::_scaled_dot_product_efficient_attention_backward(dout, q, ke, ve, bias, out_k, lse_p, none, none,
@@ -142,10 +169,14 @@ BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at:
   return {dq.to(cd), dk.to(cd), dv.to(cd)};
 }
 
-// The call of one band: unmasked when its cells are all full, else with the band's own mask window.
+// The call of one band: unmasked when its cells are all full, else with the band's own mask window,
+// the one the plan carries (attach_band_masks: built with the step's plans, on their device); a plan
+// made without them (plan_block on a whole mask, in tests) builds the window here.
 Call band_call(const BlockPlan& plan, const MaskBand& band, const at::Tensor& q) {
   if (!band.masked) return Call{};
-  return Call{false, plan_mask(plan, q.size(0), band.r0, band.r1 - band.r0, band.c0, band.c1 - band.c0, q.device())};
+  if (band.mask.defined()) return Call{false, band.mask, band.empty_rows, &band};
+  return Call{false, plan_mask(plan, q.size(0), band.r0, band.r1 - band.r0, band.c0, band.c1 - band.c0, q.device()), {},
+              nullptr};
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ namespace cpbench::kernels {
 
 namespace {
 std::atomic<int64_t> g_metadata_plans{0};
+std::atomic<int64_t> g_caches{0};
 
 // [B, N] -> [B, n, kBlockTile], N padded to n * kBlockTile by repeating the last token (which
 // changes no tile's min, max, all or any).
@@ -50,6 +51,7 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
            " and all ", all.pos.defined() ? shape_str(all.pos.sizes()) : "(undefined)", " do not fit W = ", world);
   batch_ = local.batch();
   tokens_ = local.tokens();
+  g_caches.fetch_add(1);
   // Planning runs on the host: metadata on a device is copied once, here, never inside attention.
   const TokenMeta q = local.to(at::kCPU), k_all = all.to(at::kCPU);
   const bool causal_diag = diagonal_is_causal(mask, q);
@@ -68,11 +70,24 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
       if (p.mask.defined()) p.mask = p.mask.to(device);
       if (p.cell_masks.defined()) p.cell_masks = p.cell_masks.to(device);
     }
+    attach_band_masks(p, batch_, device);
     plans_.push_back(std::move(p));
   }
 }
 
 int64_t PlanCache::plans_built() { return g_metadata_plans.load(); }
+int64_t PlanCache::caches_built() { return g_caches.load(); }
+
+void PlanCache::set_gathered_order(const at::Tensor& order, const at::Device& device) {
+  CP_CHECK(order.defined() && order.dim() == 1 && order.scalar_type() == at::kLong, "PlanCache: gathered order ",
+           order.defined() ? shape_str(order.sizes()) : "(undefined)", " must be int64 [N]");
+  const at::Tensor o = order.to(at::kCPU);
+  CP_CHECK(std::get<0>(at::sort(o)).equal(at::arange(o.numel(), o.options())), "PlanCache: gathered order of ",
+           o.numel(), " tokens is not a permutation of [0, ", o.numel(), ")");
+  const at::Tensor inv = at::empty_like(o).index_put_({o}, at::arange(o.numel(), o.options()));
+  order_ = o.to(device);
+  inverse_ = inv.to(device);
+}
 
 const BlockPlan& PlanCache::plan(int src) const {
   CP_CHECK(src >= 0 && src < world(), "PlanCache: no plan for rank ", src, " (W = ", world(), ")");

@@ -37,8 +37,20 @@ class PlanCache {
   [[nodiscard]] int64_t tokens() const { return tokens_; }
   // Block plans built from metadata in this process so far (the plan-reuse tests read it).
   [[nodiscard]] static int64_t plans_built();
+  // PlanCaches constructed in this process so far: one per step (the runner's make_plans).
+  [[nodiscard]] static int64_t caches_built();
+
+  // Head-parallel plans (kernels/transports/head_parallel.hpp) are made for the tokens a rank's
+  // all-to-all gathers, put in an order other than their arrival: `order` int64 [N], the arrival
+  // index of each planned token (a permutation of [0, N)); stored with its inverse on `device`, so
+  // the transport reorders on the device without planning or copying anything in a step.
+  void set_gathered_order(const at::Tensor& order, const at::Device& device);
+  // Undefined: the plans take the tokens in arrival order.
+  [[nodiscard]] const at::Tensor& gathered_order() const { return order_; }
+  [[nodiscard]] const at::Tensor& gathered_inverse() const { return inverse_; }
 
  private:
+  at::Tensor order_, inverse_;
   MaskSpec mask_;
   int rank_ = 0;
   int64_t batch_ = 0, tokens_ = 0;

@@ -50,13 +50,18 @@ struct AllToAllSpec {
 
 at::Tensor observed_all_to_all(const AllToAllSpec& s, const at::Tensor& t) {
   nvtx::Range range{s.observer.nvtx_prefix, "a2a"};
+  const auto P = static_cast<int64_t>(s.peers.size());
+  const auto bytes = static_cast<int64_t>(t.nbytes()) / P * (P - 1);
+  if (t.is_cuda() && s.observer.done_on_device) {
+    const DeviceTime begin = DeviceTime::now(t.device());
+    at::Tensor out = s.comm.all_to_all(t, s.peers);
+    s.observer.done_on_device(bytes, begin, DeviceTime::now(t.device()));
+    return out;
+  }
   const auto start = std::chrono::steady_clock::now();
   at::Tensor out = s.comm.all_to_all(t, s.peers);
-  if (s.observer.done) {
-    const auto P = static_cast<int64_t>(s.peers.size());
-    const auto bytes = static_cast<int64_t>(t.nbytes()) / P * (P - 1);
+  if (s.observer.done)
     s.observer.done(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.hpp"
+#include "kernels/comm/device_time.hpp"
 
 namespace cpbench::comm {
 
@@ -32,9 +33,13 @@ namespace cpbench::comm {
 // What an all-to-all reports, forward and backward: each one runs inside the NVTX range
 // "<nvtx_prefix>:a2a" and then calls `done` (if set) with the bytes this rank sent and the seconds the
 // call took. Copied into the autograd node, so whatever `done` captures must outlive the backward.
+// On a CUDA tensor with `done_on_device` set, that is called instead, with two DeviceTimes (events on
+// the current stream around the call): under NCCL, Work::wait blocks the stream, not the host, so the
+// host clock would time the launch; the events are read after the step (resolve_device_times).
 struct AllToAllObserver {
   std::string nvtx_prefix;
   std::function<void(int64_t bytes_sent, double seconds)> done;
+  std::function<void(int64_t bytes_sent, const DeviceTime& begin, const DeviceTime& end)> done_on_device{};
 };
 
 // all_to_all_autograd(comm, local, peers, observer):

@@ -80,36 +80,53 @@ std::string gloo_bind_address(const std::string& master_addr) {
   return local;
 }
 
+std::string group_spec_error(const GroupSpec& s) {
+  if (std::find(s.ranks.begin(), s.ranks.end(), s.global_rank) == s.ranks.end())
+    return detail::concat("rank ", s.global_rank, " is not a member of process group '", s.name, "' ",
+                          shape_str(s.ranks));
+  if (s.kind == BackendKind::nccl && !(s.device && s.device->is_cuda() && s.device->has_index()))
+    return detail::concat("process group '", s.name, "': NCCL needs the CUDA device it is bound to (got ",
+                          s.device ? s.device->str() : std::string("no device"), ")");
+  return "";
+}
+
 ProcessGroup ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                   const std::vector<int>& ranks, int global_rank, BackendKind kind,
                                   std::chrono::milliseconds timeout, int gloo_threads,
                                   std::optional<at::Device> device) {
-  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
-  CP_CHECK(it != ranks.end(), "rank ", global_rank, " is not a member of process group '", name, "' ",
-           shape_str(ranks));
+  return create(store, GroupSpec{name, ranks, global_rank, kind, timeout, gloo_threads, device});
+}
+
+ProcessGroup ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec) {
+  const std::string why = group_spec_error(spec);
+  CP_CHECK(why.empty(), why);
+  const auto& ranks = spec.ranks;
+  const auto it = std::find(ranks.begin(), ranks.end(), spec.global_rank);
   ProcessGroup pg;
   pg.rank_ = static_cast<int>(it - ranks.begin());
   pg.size_ = static_cast<int>(ranks.size());
-  pg.kind_ = kind;
+  pg.kind_ = spec.kind;
   pg.ranks_ = ranks;
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/", store);
-  if (kind == BackendKind::gloo) {
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.name + "/", store);
+  if (spec.kind == BackendKind::gloo) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(spec.timeout);
     const char* master = std::getenv("MASTER_ADDR");
     const std::string where = gloo_bind_address(master && *master ? master : "127.0.0.1");
     opts->devices.push_back(where.rfind("if:", 0) == 0
                                 ? c10d::ProcessGroupGloo::createDeviceForInterface(where.substr(3))
                                 : c10d::ProcessGroupGloo::createDeviceForHostname(where));
-    opts->threads = std::max(1, gloo_threads);
+    opts->threads = std::max(1, spec.gloo_threads);
     pg.backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, pg.rank_, pg.size_, opts);
   } else {
 #ifdef USE_C10D_NCCL
-    CP_CHECK(device && device->is_cuda() && device->has_index(), "process group '", name,
-             "': NCCL needs the CUDA device it is bound to");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout;
+    opts->timeout = spec.timeout;
     pg.backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, pg.rank_, pg.size_, opts);
-    pg.backend_->setBoundDeviceId(device);
+    pg.backend_->setBoundDeviceId(spec.device);
+    // Connect now, while every member is here creating the group: NCCL otherwise connects at the
+    // first collective (the step's barrier), after CP rank 0 has run the float64 reference, and the
+    // others' wait for it would count against the collective timeout.
+    pg.backend_->eagerConnectSingleDevice(*spec.device);
 #else
     throw Error("this LibTorch build has no NCCL process group");
 #endif

@@ -41,8 +41,29 @@ struct RendezvousOptions {
 // The NCCL version this LibTorch build carries ("2.28.9"), or "n/a" without NCCL.
 [[nodiscard]] std::string nccl_version();
 
+// Everything ProcessGroup::create needs besides the store, as one value: callers (and the GPU tests'
+// argument builders, tests/gpu/gpu_cases.hpp) construct it, and group_spec_error says, without
+// creating anything, whether create() would accept it.
+struct GroupSpec {
+  std::string name;
+  std::vector<int> ranks;  // global ranks of the group, in group-rank order
+  int global_rank = 0;
+  BackendKind kind = BackendKind::gloo;
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  int gloo_threads = 1;
+  std::optional<at::Device> device;  // NCCL: the CUDA device with its index (required)
+};
+
+// "" when create() accepts `spec`; otherwise why not (not a member of its group, NCCL without a
+// CUDA device with an index). Pure: no store, no device, no backend. The build's lack of NCCL is
+// create()'s own error, not this one's.
+[[nodiscard]] std::string group_spec_error(const GroupSpec& spec);
+
 class ProcessGroup {
  public:
+  // Throws cpbench::Error with group_spec_error's reason when it is not empty.
+  static ProcessGroup create(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec);
+
   // `ranks` lists the global ranks of the group (in group-rank order); this rank must be among them.
   // Every member must call with the same `name` and `ranks`; non-members need not call.
   // NCCL: `device` (required) is the GPU the group is bound to before its first collective (no

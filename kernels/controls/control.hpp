@@ -62,9 +62,10 @@ class TransportDecorator : public Transport {
     return inner_->attend(q, k, v, ctx);
   }
   [[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec& mask, const TokenMeta& local,
-                                                                    const TokenMeta& all, int rank, int world,
+                                                                    const TokenMeta& all, const at::Tensor& global_index,
+                                                                    int rank, int world,
                                                                     const at::Device& device) const override {
-    return inner_->make_plans(mask, local, all, rank, world, device);
+    return inner_->make_plans(mask, local, all, global_index, rank, world, device);
   }
   [[nodiscard]] int64_t bytes_per_call(const CallShape& s) const override { return inner_->bytes_per_call(s); }
   [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& s) const override {

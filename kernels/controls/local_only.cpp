@@ -16,7 +16,7 @@ class LocalOnlyTransport final : public TransportDecorator {
   }
   // Nothing is exchanged, so nothing is planned against the other ranks' keys.
   [[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec&, const TokenMeta&,
-                                                                    const TokenMeta&, int, int,
+                                                                    const TokenMeta&, const at::Tensor&, int, int,
                                                                     const at::Device&) const override {
     return nullptr;
   }

@@ -38,9 +38,9 @@ class A2aTransport final : public Transport {
   }
 
   [[nodiscard]] std::shared_ptr<const PlanCache> make_plans(const MaskSpec& mask, const TokenMeta& /*local*/,
-                                                           const TokenMeta& all, int rank, int world,
-                                                           const at::Device& device) const override {
-    return head_parallel_plans(options(world), mask, all, rank, world, device);
+                                                           const TokenMeta& all, const at::Tensor& global_index,
+                                                           int rank, int world, const at::Device& device) const override {
+    return head_parallel_plans(options(world), mask, all, global_index, rank, world, device);
   }
 
   // Two all-to-alls per pass (q, k, v in; the output back), each sending (W-1)/W of the message.

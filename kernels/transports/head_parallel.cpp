@@ -60,16 +60,41 @@ TokenMeta planned_meta(const HeadParallelOptions& o, const TokenMeta& all) {
 
 }  // namespace
 
+at::Tensor gathered_global_order(const at::Tensor& global_index, int64_t group_tokens) {
+  CP_CHECK(global_index.defined() && global_index.dim() == 1 && global_index.numel() % group_tokens == 0,
+           "gathered_global_order: global index ", global_index.defined() ? shape_str(global_index.sizes()) : "(undefined)",
+           " does not split into groups of ", group_tokens, " tokens");
+  const at::Tensor gi = global_index.to(at::kCPU, at::kLong).view({-1, group_tokens});
+  // Stable: equal positions (none in a layout's map) would keep their arrival order.
+  return std::get<1>(at::sort(gi, std::optional<bool>(true), /*dim=*/1, /*descending=*/false));
+}
+
 std::shared_ptr<const PlanCache> head_parallel_plans(const HeadParallelOptions& o, const MaskSpec& mask,
-                                                     const TokenMeta& all, int rank, int world,
-                                                     const at::Device& device) {
+                                                     const TokenMeta& all, const at::Tensor& global_index, int rank,
+                                                     int world, const at::Device& device) {
   const UlyssesMesh mesh = ulysses_mesh(world, rank, o.ulysses);
   CP_CHECK(all.pos.defined() && all.tokens() % world == 0, o.transport, ": ctx.all metadata of ",
            all.pos.defined() ? all.tokens() : 0, " tokens does not split over W = ", world, " ranks (rank ", rank, ")");
   const int64_t group_tokens = all.tokens() / mesh.ring;  // U * S
-  const TokenMeta m = planned_meta(o, all);
-  return std::make_shared<const PlanCache>(mask, m.narrow(1, mesh.group * group_tokens, group_tokens), m, mesh.group,
+  TokenMeta m = planned_meta(o, all);
+  // Global order inside each Ulysses group (the control keeps rank order: its bug is taking rank
+  // order for global order, so it must not be corrected here).
+  at::Tensor order;
+  if (global_index.defined() && !o.rank_order_positions) {
+    CP_CHECK(global_index.numel() == all.tokens(), o.transport, ": global index of ", global_index.numel(),
+             " tokens for ctx.all of ", all.tokens(), " (rank ", rank, ")");
+    order = gathered_global_order(global_index, group_tokens);  // [R, U*S], arrival index within each group
+    // Rank order already global (contiguous layout, W = 1): nothing to reorder, no copy per call.
+    if (order.equal(at::arange(group_tokens, order.options()).expand_as(order))) order = at::Tensor();
+  }
+  if (order.defined()) {
+    const at::Tensor base = at::arange(mesh.ring, order.options()).mul_(group_tokens).unsqueeze(1);
+    m = m.index_select(1, (order + base).reshape({-1}).to(m.pos.device()));
+  }
+  auto plans = std::make_shared<PlanCache>(mask, m.narrow(1, mesh.group * group_tokens, group_tokens), m, mesh.group,
                                            mesh.ring, device);
+  if (order.defined()) plans->set_gathered_order(order[mesh.group].contiguous(), device);
+  return plans;
 }
 
 at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& q, const at::Tensor& k,
@@ -92,7 +117,7 @@ at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& 
              ctx.plans->tokens(), "]; this call needs ", ctx.mask.to_string(), ", ring position ", mesh.group, "/",
              mesh.ring, ", [", B, ", ", U * S, "] (build them with this transport's make_plans) (rank ", sh.rank, ")");
   } else {
-    inner.plans = head_parallel_plans(o, ctx.mask, ctx.all, sh.rank, sh.world, q.device());
+    inner.plans = head_parallel_plans(o, ctx.mask, ctx.all, ctx.global_index, sh.rank, sh.world, q.device());
   }
   AttendShape ish = sh;
   ish.q_heads = H / U;
@@ -112,6 +137,13 @@ at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& 
       stats->comm_seconds += seconds;  // blocking: exposed for its whole duration
       stats->transfer_seconds += seconds;
     };
+    // CUDA: events on the compute stream, read after the step; the stream waits for the exchange,
+    // so the span is exposed communication and the transfer both.
+    observer.done_on_device = [stats](int64_t bytes, const comm::DeviceTime& begin, const comm::DeviceTime& end) {
+      stats->bytes_sent += bytes;
+      stats->device_spans.push_back({AttentionSpan::Kind::wait, "a2a", begin, end});
+      stats->device_spans.push_back({AttentionSpan::Kind::transfer, "a2a", begin, end});
+    };
   }
   const std::vector<int> group = mesh.group_ranks();
   // Sequence-sharded -> head-sharded: [B, h, S, D] -> [U, B, h/U, S, D] (block u' for group rank u'),
@@ -123,12 +155,16 @@ at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& 
   const at::Tensor vr = rep > 1 ? v.repeat_interleave(rep, 1) : v;
   const at::Tensor packed = at::cat({by_destination(q, H), by_destination(kr, Hk), by_destination(vr, Hk)}, 2).contiguous();
   const at::Tensor received = comm::all_to_all_autograd(*ctx.comm, packed, group, observer);
-  // [U, B, h, S, D] (block i: group rank i's tokens) -> [B, h, U*S, D] in rank order.
-  const at::Tensor seq = received.permute({1, 2, 0, 3, 4}).reshape({B, (H + 2 * Hk) / U, U * S, D});
+  // [U, B, h, S, D] (block i: group rank i's tokens) -> [B, h, U*S, D] in rank order, then in the
+  // order the plans were made for (global order: the diagonal is one causal block).
+  at::Tensor seq = received.permute({1, 2, 0, 3, 4}).reshape({B, (H + 2 * Hk) / U, U * S, D});
+  const at::Tensor& order = inner.plans->gathered_order();
+  if (order.defined()) seq = seq.index_select(2, order);
   const at::Tensor qh = seq.narrow(1, 0, H / U);
   const at::Tensor kh = seq.narrow(1, H / U, Hk / U);
   const at::Tensor vh = seq.narrow(1, H / U + Hk / U, Hk / U);
-  const at::Tensor out = ring_attention(qh, kh, vh, st);  // [B, H/U, U*S, D]
+  at::Tensor out = ring_attention(qh, kh, vh, st);  // [B, H/U, U*S, D], planned order
+  if (order.defined()) out = out.index_select(2, inner.plans->gathered_inverse());  // back to rank order
   // Head-sharded -> sequence-sharded: block i of the message holds group rank i's tokens.
   const at::Tensor back = out.reshape({B, H / U, U, S, D}).permute({2, 0, 1, 3, 4}).contiguous();
   const at::Tensor mine = comm::all_to_all_autograd(*ctx.comm, back, group, observer);  // [U, B, H/U, S, D]

@@ -23,12 +23,16 @@
 //   reversed) and the ring's backward is the ring transport's.
 //
 // Order of the gathered sequence: it arrives in rank order, which is not the global order for most
-// layouts (load_balanced, striped, thd, workload_balanced). Rather than reorder it, the plans
-// evaluate the mask on ctx.all, the metadata of every rank's tokens in rank order (the sharder's own
-// output, gathered by the runner): each token carries its global position, row and document, so the
-// mask rule (sharders/mask.hpp) is applied in global coordinates without an index map, for every
-// layout, including data-dependent ones. The rank-order control (rank_order_positions) plants the
-// bug this guards against: it takes the tokens' arrival index as their position.
+// layouts (load_balanced, striped, thd, workload_balanced). With the layout's own map
+// (AttentionContext::global_index, the sharder's GlobalLayout) each Ulysses group's U*S tokens are put
+// in global order right after the all-to-all (one index_select on the device, the permutation
+// stored with the plans) and back to rank order before the all-to-all home; a2a's one block is then
+// the causal triangle the fused kernels run with is_causal instead of masked band by band. Either
+// way the plans evaluate the mask on ctx.all (every rank's token metadata, permuted the same way):
+// each token carries its global position, row and document, so the mask rule (sharders/mask.hpp)
+// holds in any order; without the map the tokens stay in rank order, correct but masked. The
+// rank-order control (rank_order_positions) plants the bug the metadata guards against: it takes the
+// tokens' arrival index as their position (and is never reordered).
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -61,11 +65,17 @@ struct HeadParallelOptions {
   bool rank_order_positions = false;  // negative control: positions = arrival index, not the global ones
 };
 
+// For each Ulysses group of `group_tokens` = U*S consecutive rank-order columns, the arrival index of
+// its tokens in global order: int64 [R, U*S] from the layout's map `global_index` ([W*S], the global
+// position of each rank-order column).
+[[nodiscard]] at::Tensor gathered_global_order(const at::Tensor& global_index, int64_t group_tokens);
+
 // The plans step 3 reads: ring position g's U*S gathered queries (ctx.all columns [g*U*S, (g+1)*U*S))
-// against each ring position's key block, world R, rank g.
+// against each ring position's key block, world R, rank g; with `global_index` defined, every group's
+// tokens in global order (PlanCache::gathered_order holds this rank's group's permutation).
 [[nodiscard]] std::shared_ptr<const PlanCache> head_parallel_plans(const HeadParallelOptions& o, const MaskSpec& mask,
-                                                                   const TokenMeta& all, int rank, int world,
-                                                                   const at::Device& device);
+                                                                   const TokenMeta& all, const at::Tensor& global_index,
+                                                                   int rank, int world, const at::Device& device);
 
 [[nodiscard]] at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const AttentionContext& ctx);

@@ -42,9 +42,9 @@ class HybridTransport final : public Transport {
   }
 
   [[nodiscard]] std::shared_ptr<const PlanCache> make_plans(const MaskSpec& mask, const TokenMeta& /*local*/,
-                                                           const TokenMeta& all, int rank, int world,
-                                                           const at::Device& device) const override {
-    return head_parallel_plans(options(), mask, all, rank, world, device);
+                                                           const TokenMeta& all, const at::Tensor& global_index,
+                                                           int rank, int world, const at::Device& device) const override {
+    return head_parallel_plans(options(), mask, all, global_index, rank, world, device);
   }
 
   [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override { return head_parallel_bytes(c, ulysses_); }

@@ -86,6 +86,11 @@ struct AttentionContext {
   // attend() call plans from local / all itself.
   std::shared_ptr<const kernels::PlanCache> plans;
   bool tiled_kernels = false;                // every block on the tiled kernel (the fused kernels' CPU twin)
+  // The layout's own map (sharders/layout.hpp, GlobalLayout::ranks concatenated): int64 [W*S] on the
+  // CPU, the global stream position of each column of `all`. The head-parallel transports put the
+  // tokens their all-to-all gathers in that order (a diagonal block is then one causal block).
+  // Undefined: unknown, and they keep rank order (still correct: the mask reads the metadata).
+  at::Tensor global_index{};
 };
 
 // Plans this rank's queries (`local`, [B, S]) against every rank's keys (`all`, [B, W*S]) under `mask`,
@@ -192,11 +197,13 @@ class Transport {
                                           const AttentionContext& ctx) const = 0;
   // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by
   // default this rank's queries against every rank's key block (make_plan_cache); the head-parallel
-  // transports plan the sequence their all-to-all gathers instead.
+  // transports plan the sequence their all-to-all gathers instead, in the global order of
+  // `global_index` (AttentionContext::global_index; undefined: rank order).
   [[nodiscard]] virtual std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec& mask,
                                                                             const TokenMeta& local,
-                                                                            const TokenMeta& all, int rank, int world,
-                                                                            const at::Device& device) const;
+                                                                            const TokenMeta& all,
+                                                                            const at::Tensor& global_index, int rank,
+                                                                            int world, const at::Device& device) const;
   // Bytes this rank sends for one forward + backward of one attention call (the transport's formula).
   [[nodiscard]] virtual int64_t bytes_per_call(const CallShape& shape) const = 0;
   // The forward's part of bytes_per_call; the rest is backward traffic. 0 <= it <= bytes_per_call.

@@ -120,8 +120,8 @@ std::shared_ptr<const kernels::PlanCache> make_plan_cache(const MaskSpec& mask, 
 }
 
 std::shared_ptr<const kernels::PlanCache> Transport::make_plans(const MaskSpec& mask, const TokenMeta& local,
-                                                               const TokenMeta& all, int rank, int world,
-                                                               const at::Device& device) const {
+                                                               const TokenMeta& all, const at::Tensor& /*global_index*/,
+                                                               int rank, int world, const at::Device& device) const {
   return make_plan_cache(mask, local, all, rank, world, device);
 }
 

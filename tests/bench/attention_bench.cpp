@@ -1,5 +1,5 @@
 // Attention micro-benchmark (Google Benchmark): a CP transport at W = 1 against ATen's own SDPA.
-//   BM_AttentionW1/<transport>/S/H/D   forward + backward of one causal attention call, the transport
+//   BM_AttentionW1/<transport>/S/H/D/KV/doc   forward + backward of one causal (doc 0) or document (doc 1) attention call, the transport
 //                                      (plans built once per step, as the runner does) timed against
 //                                      at::scaled_dot_product_attention on the same q, k, v in the same
 //                                      iteration. Counter x_sdpa = transport time / SDPA time (target
@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 
 #include "kernels/comm/communicator.hpp"
 #include "kernels/transports/transport.hpp"
@@ -29,8 +30,12 @@ void sync(const at::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
 }
 
+// Mask 0: causal. Mask 1: document, 4 documents of S/4 tokens (the transport runs it band by band:
+// flash on the full bands, memory-efficient with a bias on the masked ones; SDPA gets the whole bool
+// mask, [1, 1, S, S]).
 void BM_AttentionW1(benchmark::State& state, const std::string& transport_name) {
   const int64_t S = state.range(0), H = state.range(1), D = state.range(2), KV = state.range(3), B = 1;
+  const bool document = state.range(4) == 1;
   const bool cuda = torch::cuda::is_available();
   const at::Device dev = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   const auto opts = at::TensorOptions().dtype(cuda ? at::kBFloat16 : at::kFloat).device(dev);
@@ -38,29 +43,51 @@ void BM_AttentionW1(benchmark::State& state, const std::string& transport_name) 
   const at::Tensor q0 = at::randn({B, H, S, D}, opts), k0 = at::randn({B, KV, S, D}, opts),
                    v0 = at::randn({B, KV, S, D}, opts), dout = at::randn({B, H, S, D}, opts);
   const at::Tensor pos = at::arange(S, at::kLong).unsqueeze(0).expand({B, S}).contiguous();
-  const TokenMeta meta{pos, at::zeros_like(pos), at::zeros_like(pos), at::ones_like(pos, at::kBool)};
-  const MaskSpec mask = MaskSpec::parse("causal");
+  const at::Tensor doc = document ? at::floor_divide(pos, S / 4) : at::zeros_like(pos);
+  const TokenMeta meta{pos, at::zeros_like(pos), doc, at::ones_like(pos, at::kBool)};
+  const MaskSpec mask = MaskSpec::parse(document ? "document" : "causal");
+  std::optional<at::Tensor> sdpa_mask;
+  if (document) sdpa_mask = build_mask(mask, meta, meta).unsqueeze(1).to(dev);
   const comm::Communicator one;
   const auto transport = make_transport(transport_name);
+  const auto run_cp = [&] {
+    at::Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
+    sync(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    AttentionContext ctx{&one, mask, meta, meta, 0, nullptr, "", nullptr, false};
+    ctx.plans = transport->make_plans(mask, meta, meta, {}, 0, 1, dev);
+    transport->attend(q, k, v, ctx).backward(dout);
+    sync(dev);
+    return seconds(t0);
+  };
+  // With a mask, SDPA's GQA (enable_gqa) rules out its fused kernels: it gets kv heads expanded
+  // beforehand, untimed (the conservative side for x_sdpa).
+  const at::Tensor k_sdpa = document && KV != H ? k0.repeat_interleave(H / KV, 1) : k0;
+  const at::Tensor v_sdpa = document && KV != H ? v0.repeat_interleave(H / KV, 1) : v0;
+  const auto run_sdpa = [&] {
+    at::Tensor q = q0.detach().requires_grad_(), k = k_sdpa.detach().requires_grad_(),
+               v = v_sdpa.detach().requires_grad_();
+    sync(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    at::scaled_dot_product_attention(q, k, v, sdpa_mask, 0.0, !document, std::nullopt, k.size(1) != H)
+        .backward(dout);
+    sync(dev);
+    return seconds(t0);
+  };
+  // Warm-up, untimed: first-use costs (kernel selection, allocator growth, cuBLAS/cuDNN handles)
+  // belong to neither side.
+  (void)run_cp();
+  (void)run_sdpa();
   double t_cp = 0, t_sdpa = 0;
+  int64_t i = 0;
   for (auto _ : state) {
-    {
-      at::Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-      sync(dev);
-      const auto t0 = std::chrono::steady_clock::now();
-      AttentionContext ctx{&one, mask, meta, meta, 0, nullptr, "", nullptr, false};
-      ctx.plans = transport->make_plans(mask, meta, meta, 0, 1, dev);
-      transport->attend(q, k, v, ctx).backward(dout);
-      sync(dev);
-      t_cp += seconds(t0);
-    }
-    {
-      at::Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-      sync(dev);
-      const auto t0 = std::chrono::steady_clock::now();
-      at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, KV != H).backward(dout);
-      sync(dev);
-      t_sdpa += seconds(t0);
+    // Alternate which side goes first, so neither always meets the other's leftovers.
+    if (i++ % 2 == 0) {
+      t_cp += run_cp();
+      t_sdpa += run_sdpa();
+    } else {
+      t_sdpa += run_sdpa();
+      t_cp += run_cp();
     }
   }
   state.counters["x_sdpa"] = t_sdpa > 0 ? t_cp / t_sdpa : 0;
@@ -69,14 +96,18 @@ void BM_AttentionW1(benchmark::State& state, const std::string& transport_name) 
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"S", "H", "D", "KV"});
+  b->ArgNames({"S", "H", "D", "KV", "doc"});
   if (torch::cuda::is_available()) {
-    // Llama-3-8B attention: 32 query heads, 8 kv heads of 128; the GPU check's 32K and 128K points too.
-    for (int64_t s : {4096, 16384, 32768, 131072}) b->Args({s, 32, 128, 8});
+    // Llama-3-8B attention: 32 query heads, 8 kv heads of 128. Causal up to 128K; document where
+    // SDPA's whole bool mask still fits (16K: 256 MiB).
+    for (int64_t s : {4096, 8192, 16384, 32768, 131072}) b->Args({s, 32, 128, 8, 0});
+    for (int64_t s : {8192, 16384}) b->Args({s, 32, 128, 8, 1});
+    b->Iterations(4);
   } else {
-    b->Args({4096, 4, 32, 4})->Args({16384, 1, 32, 1});
+    b->Args({4096, 4, 32, 4, 0})->Args({16384, 1, 32, 1, 0})->Args({4096, 4, 32, 4, 1});
+    b->Iterations(2);
   }
-  b->Iterations(2)->Unit(benchmark::kMillisecond);
+  b->Unit(benchmark::kMillisecond);
 }
 
 BENCHMARK_CAPTURE(BM_AttentionW1, allgather, std::string("allgather"))->Apply(shapes);

@@ -19,6 +19,7 @@
 #include "kernels/transports/transport.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "reports/json_report.hpp"
+#include "tests/gpu/gpu_cases.hpp"
 #include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
@@ -38,7 +39,6 @@ TokenMeta causal_meta(int64_t B, int64_t S, const at::Device& d) {
 
 // Both transports at W = 1 on the GPU, forward and backward, against the float64 CPU reference.
 TEST(Gpu, TransportsMatchTheCpuReference) {
-  REQUIRE_CUDA();
   const at::Device cuda(at::kCUDA, 0);
   const int64_t B = 2, Hq = 4, Hkv = 2, S = 256, D = 32;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -50,6 +50,7 @@ TEST(Gpu, TransportsMatchTheCpuReference) {
   TokenMeta cpu_meta = causal_meta(B, S, at::kCPU);
   at::Tensor ref = local_attention(ref_in[0], ref_in[1], ref_in[2], cpu_meta, cpu_meta, mask, scale);
   ref.backward(g);
+  REQUIRE_CUDA();  // the CPU reference above runs everywhere
   comm::Communicator world_of_one;
   for (const std::string name : {"allgather", "ring"}) {
     for (auto dtype : {at::kFloat, at::kBFloat16}) {
@@ -72,13 +73,16 @@ TEST(Gpu, TransportsMatchTheCpuReference) {
 }
 
 // An NCCL process group of one rank (one GPU cannot host several NCCL ranks).
+// Its group's arguments come from gpu_cases (checked on the CPU by GpuCases.NcclWorldOfOneIsAGroupNcclAccepts).
 TEST(Gpu, NcclWorldOfOneCollectives) {
+  const comm::GroupSpec spec = gpu_cases::nccl_world_of_one(0);
+  ASSERT_EQ(comm::group_spec_error(spec), "");
   REQUIRE_CUDA();
   comm::RendezvousOptions ro;
   ro.master_port = 0;
   ro.world_size = 1;
   auto store = comm::connect_store(ro);
-  auto pg = comm::ProcessGroup::create(store, "nccl-test", {0}, 0, comm::BackendKind::nccl, std::chrono::seconds(60));
+  auto pg = comm::ProcessGroup::create(store, spec);
   comm::Communicator c(pg.backend_ptr());
   at::Tensor x = at::arange(6, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA)).view({3, 2});
   EXPECT_TRUE(at::equal(c.all_gather(x).cpu(), x.cpu()));
@@ -88,26 +92,23 @@ TEST(Gpu, NcclWorldOfOneCollectives) {
   EXPECT_TRUE(at::equal(c.reduce_scatter_sum(x).cpu(), x.cpu()));
 }
 
-// The runner end to end with device: cuda: W = 1 over NCCL, W = 2 sharing the GPU over Gloo.
+// The runner end to end with device: cuda: W = 1 over NCCL, W = 2 over NCCL with two or more GPUs,
+// else sharing the GPU over Gloo (gpu_cases::expected_runner_backend, held against choose_device on
+// the CPU by GpuCases.RunnerBackendExpectationIsTheDeviceChoice).
 TEST(Gpu, RunnerPassesTheGradientCheckOnCuda) {
-  REQUIRE_CUDA();
   const std::string dir = "/tmp/cpbench-gpu-test-" + std::to_string(::getpid());
   fsu::remove_tree(dir);
   fsu::make_dirs(dir);
-  std::ofstream(dir + "/gpu.yaml") << R"(name: gpu-check
-model: {preset: tiny}
-batch: {batch_size: 1, seq_len: 512, documents: [300, 212]}
-dtype: float32
-device: cuda
-share_gpu: true
-sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2], mask: [causal, document]}
-)";
+  std::ofstream(dir + "/gpu.yaml") << gpu_cases::runner_scenario_yaml();
+  REQUIRE_CUDA();
+  const int visible = static_cast<int>(torch::cuda::device_count());
   const int st = std::system((std::string(CPBENCH_EXE) + " run " + dir + "/gpu.yaml --out " + dir + "/out").c_str());
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   Report r = report_from_json(read_json_file(dir + "/out/report.json"));
   for (const auto& c : r.results) {
     EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
-    EXPECT_EQ(c.axes.at("backend"), c.axes.at("cp") == "1" ? "nccl" : "gloo") << c.name;
+    EXPECT_EQ(c.axes.at("backend"), comm::to_string(gpu_cases::expected_runner_backend(std::stoi(c.axes.at("cp")), visible)))
+        << c.name;
     // The step timeline on a GPU: phase bounds after a device synchronize (docs/timeline.md).
     EXPECT_EQ(c.timeline.clock, "steady+cuda_events") << c.name;
     EXPECT_EQ(c.timeline.ranks.size(), static_cast<size_t>(std::stoi(c.axes.at("cp")))) << c.name;
@@ -118,7 +119,6 @@ sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2],
 // Every CUDA route (flash for unmasked 16-bit blocks, memory-efficient with a bias for masked and
 // float32 ones) against the tiled kernel on the same GPU, forward and backward.
 TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
-  REQUIRE_CUDA();
   const at::Device cuda(at::kCUDA, 0);
   const MaskSpec causal = MaskSpec::parse("causal");
   const int64_t B = 2, S = 256, D = 64;
@@ -132,6 +132,8 @@ TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
   blocks.push_back({"diagonal causal", make_plan_cache(causal, row(ar), row(ar), 0, 1, cuda)->plan(0)});
   blocks.push_back({"full", kernels::plan_block(MaskSpec::parse("full"), row(ar), row(ar))});
   blocks.push_back({"striped (mask, a row sees nothing)", kernels::plan_block(causal, row(ar * 2), row(ar * 2 + 1))});
+  for (const auto& b : blocks) ASSERT_NE(b.plan.kind, kernels::BlockKind::empty) << b.name;
+  REQUIRE_CUDA();  // the plans above are host work
   for (auto& b : blocks) {
     if (b.plan.mask.defined()) b.plan.mask = b.plan.mask.to(cuda);
     if (b.plan.cell_masks.defined()) b.plan.cell_masks = b.plan.cell_masks.to(cuda);
@@ -166,40 +168,54 @@ TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
   }
 }
 
-// A step's attention (3 layers, forward and backward, both transports) with the step's plans built
-// beforehand runs without one host synchronization: CUDA's sync-debug mode set to error throws on any.
+// A step's attention (3 layers, forward and backward) with the step's plans built beforehand runs
+// without one host synchronization: CUDA's sync-debug mode set to error throws on any. Causal (no
+// mask), documents and a sliding window (masked bands: their masks travel with the plans), over
+// allgather, ring and a2a (its all-to-alls timed with events, its reorder on the device). The Mamba
+// layer is not covered here (its per-layer index tensors: branch ssm).
 TEST(Gpu, AttentionStepHasNoHostSynchronization) {
+  const int64_t S = 1024;
+  TokenMeta docs = causal_meta(1, S, at::kCPU);
+  docs.doc = at::floor_divide(docs.pos, 300);
+  struct Case {
+    const char* mask;
+    TokenMeta meta;
+  };
+  const std::vector<Case> cases = {{"causal", causal_meta(1, S, at::kCPU)}, {"document", docs},
+                                   {"sliding_window:200", causal_meta(1, S, at::kCPU)}};
   REQUIRE_CUDA();
   const at::Device cuda(at::kCUDA, 0);
-  const MaskSpec mask = MaskSpec::parse("causal");
-  const TokenMeta meta = causal_meta(1, 1024, at::kCPU);
   comm::Communicator one;
-  for (const std::string name : {"allgather", "ring"}) {
-    // With stats that record spans: the transports time them with CUDA events, which must not
-    // synchronize either.
-    AttentionStats stats;
-    stats.record_spans = true;
-    AttentionContext ctx{&one, mask, meta, meta, 0, &stats, "cp:gpu-test", nullptr, false};
-    ctx.plans = make_plan_cache(mask, meta, meta, 0, 1, cuda);
-    const auto o = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
-    at::Tensor x = at::randn({1, 8, 1024, 64}, o).requires_grad_();
-    torch::cuda::synchronize();
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-    try {
-      at::Tensor h = x;
-      for (int layer = 0; layer < 3; ++layer) h = make_transport(name)->attend(h, h.narrow(1, 0, 2), h.narrow(1, 0, 2), ctx);
-      h.to(at::kFloat).sum().backward();
-    } catch (const std::exception& e) {
+  for (const Case& c : cases) {
+    const MaskSpec mask = MaskSpec::parse(c.mask);
+    for (const std::string name : {"allgather", "ring", "a2a"}) {
+      // With stats that record spans: the transports time them with CUDA events, which must not
+      // synchronize either.
+      AttentionStats stats;
+      stats.record_spans = true;
+      AttentionContext ctx{&one, mask, c.meta, c.meta, 0, &stats, "cp:gpu-test", nullptr, false};
+      ctx.plans = make_transport(name)->make_plans(mask, c.meta, c.meta, {}, 0, 1, cuda);
+      const auto o = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
+      at::Tensor x = at::randn({1, 8, S, 64}, o).requires_grad_();
+      torch::cuda::synchronize();
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+      try {
+        at::Tensor h = x;
+        for (int layer = 0; layer < 3; ++layer)
+          h = make_transport(name)->attend(h, h.narrow(1, 0, 2), h.narrow(1, 0, 2), ctx);
+        h.to(at::kFloat).sum().backward();
+      } catch (const std::exception& e) {
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+        FAIL() << name << " " << c.mask << ": a host synchronization inside the step: " << e.what();
+      }
       c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-      FAIL() << name << ": a host synchronization inside the step: " << e.what();
+      // The spans resolve after the step: device time spent on the blocks, on the host clock.
+      const auto anchor_host = std::chrono::steady_clock::now();
+      EXPECT_FALSE(stats.device_spans.empty()) << name << " " << c.mask;
+      resolve_device_times(stats, comm::DeviceTime{}, anchor_host);
+      EXPECT_GT(stats.compute_seconds, 0.0) << name << " " << c.mask;
+      EXPECT_TRUE(stats.device_spans.empty()) << name << " " << c.mask;
     }
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    // The spans resolve after the step: device time spent on the blocks, on the host clock.
-    const auto anchor_host = std::chrono::steady_clock::now();
-    EXPECT_FALSE(stats.device_spans.empty()) << name;
-    resolve_device_times(stats, comm::DeviceTime{}, anchor_host);
-    EXPECT_GT(stats.compute_seconds, 0.0) << name;
-    EXPECT_TRUE(stats.device_spans.empty()) << name;
   }
 }
 

@@ -32,7 +32,7 @@ pid_t spawn_node(const std::vector<std::string>& args, const std::vector<std::st
     const std::string kv(*e);
     bool ours = false;  // the test's own torchrun variables replace any inherited ones
     for (const char* k : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=", "MASTER_ADDR=",
-                          "MASTER_PORT=", "GLOO_SOCKET_IFNAME="})
+                          "MASTER_PORT=", "GLOO_SOCKET_IFNAME=", "SLURM_"})
       ours = ours || kv.rfind(k, 0) == 0;
     if (!ours) env.push_back(kv);
   }
@@ -83,6 +83,41 @@ sweep:
     EXPECT_EQ(c.status, "ok") << c.name << ": " << c.reason;
     EXPECT_EQ(c.axes.at("backend"), "gloo") << c.name;
   }
+  fsu::remove_tree(dir);
+}
+
+// `srun --nodes 2 --ntasks-per-node 1 cpbench run ...` without a wrapper: each task reads SLURM's own
+// variables (no RANK / WORLD_SIZE / LOCAL_RANK set), MASTER_ADDR / MASTER_PORT from the environment.
+TEST(TwoNodeJob, SlurmTasksWithoutAWrapperPassTheCheck) {
+  const std::string dir = "/tmp/cpbench-slurm-" + std::to_string(::getpid());
+  fsu::remove_tree(dir);
+  fsu::make_dirs(dir);
+  const std::string scenario = dir + "/slurm.yaml";
+  std::ofstream(scenario) << R"(name: slurm
+model: {preset: tiny}
+batch: {batch_size: 1, seq_len: 128, documents: [70, 58]}
+timeout_s: 60
+measure: {max_time_s: 0}
+sweep: {sharder: load_balanced, transport: ring, cp: 2, mask: causal}
+)";
+  const int port = comm::find_free_port();
+  std::vector<pid_t> pids;
+  for (int node = 0; node < 2; ++node) {
+    pids.push_back(spawn_node({CPBENCH_EXE, "run", scenario, "--out", dir + "/node" + std::to_string(node)},
+                              {"SLURM_PROCID=" + std::to_string(node), "SLURM_NTASKS=2", "SLURM_LOCALID=0",
+                               "SLURM_NTASKS_PER_NODE=1(x2)", "SLURM_NODEID=" + std::to_string(node),
+                               "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"}));
+  }
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "task exit status " << st;
+  }
+  const Report r = report_from_json(read_json_file(dir + "/node0/report.json"));
+  EXPECT_EQ(r.env.launcher, "joined");
+  EXPECT_EQ(r.env.platform.at("nodes"), "2");
+  ASSERT_EQ(r.results.size(), 1u);
+  EXPECT_EQ(r.results[0].status, "ok") << r.results[0].reason;
   fsu::remove_tree(dir);
 }
 

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "kernels/attention/fused_attention.hpp"
+#include "kernels/attention/plan_cache.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/transports/transport.hpp"
+#include "kernels/transports/head_parallel.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "sharders/core/check.hpp"
 
@@ -323,6 +325,102 @@ TEST(PlanReuse, PlansOfAnotherStepShapeAreRefused) {
   ctx.plans = make_plan_cache(MaskSpec::parse("full"), m, m, 0, 1, at::kCPU);
   const at::Tensor q = at::randn({1, 2, 64, 8});
   EXPECT_THROW((void)make_transport("ring")->attend(q, q, q, ctx), Error);
+}
+
+}  // namespace
+}  // namespace cpbench
+
+namespace cpbench {
+namespace {
+
+// Masked plans carry their band masks, built once with the step's plans on the plans' device: a step
+// (one make_plans, then three layers forward and backward, as the runner runs it) builds one
+// PlanCache, and its layers build no mask window (plan_mask) and plan nothing. Documents, a sliding
+// window and padding (masked bands), every transport's W = 1 form; each band's bias is made once,
+// [B, 1, n, w] for all heads.
+TEST(PlanReuse, AStepBuildsOnePlanCacheAndItsLayersBuildNoMask) {
+  const comm::Communicator one;
+  const int64_t S = 300;
+  TokenMeta docs = meta(at::arange(S), 2);
+  docs.doc = (at::arange(S, at::kLong) >= 130).to(at::kLong).add(at::arange(S, at::kLong) >= 210).unsqueeze(0).repeat({2, 1});
+  TokenMeta padded = meta(at::arange(S), 2);
+  padded.valid = (at::arange(S) < 280).unsqueeze(0).repeat({2, 1});
+  struct Case {
+    const char* name;
+    MaskSpec mask;
+    TokenMeta m;
+  };
+  const std::vector<Case> cases = {{"document", MaskSpec::parse("document"), docs},
+                                   {"sliding_window:70", MaskSpec::parse("sliding_window:70"), meta(at::arange(S), 2)},
+                                   {"causal with padding", MaskSpec::parse("causal"), padded}};
+  for (const Case& c : cases) {
+    for (const char* transport : {"allgather", "ring", "a2a"}) {
+      const auto t = make_transport(transport);
+      const int64_t caches0 = kernels::PlanCache::caches_built();
+      AttentionContext ctx{&one, c.mask, c.m, c.m, 0, nullptr, "", nullptr, false};
+      ctx.plans = t->make_plans(c.mask, c.m, c.m, {}, 0, 1, at::kCPU);
+      ASSERT_EQ(ctx.plans->plan(0).kind, BlockKind::masked) << c.name;
+      const int64_t windows0 = kernels::mask_windows_built(), plans0 = metadata_plans_built();
+      at::manual_seed(4);
+      at::Tensor x = at::randn({2, 4, S, 8}, at::kFloat).requires_grad_();
+      at::Tensor h = x;
+      for (int layer = 0; layer < 3; ++layer) h = t->attend(h, h.narrow(1, 0, 2), h.narrow(1, 0, 2), ctx);
+      h.sum().backward();
+      EXPECT_TRUE(x.grad().isfinite().all().item<bool>()) << c.name << " " << transport;
+      EXPECT_EQ(kernels::PlanCache::caches_built() - caches0, 1) << c.name << " " << transport << ": plan caches per step";
+      EXPECT_EQ(metadata_plans_built(), plans0) << c.name << " " << transport << ": a layer planned";
+      EXPECT_EQ(kernels::mask_windows_built(), windows0) << c.name << " " << transport << ": a layer built a mask";
+      // Each masked band's bias was made once, for all heads ([B, 1, n, w]), and kept with the plan.
+      int64_t masked_bands = 0;
+      for (const auto& band : ctx.plans->plan(0).bands) {
+        if (!band.masked) continue;
+        ++masked_bands;
+        ASSERT_TRUE(band.bias.defined()) << c.name << " " << transport;
+        EXPECT_EQ(band.bias.size(1), 1) << c.name << " " << transport << ": a bias per head";
+        EXPECT_EQ(band.bias.size(2), band.r1 - band.r0) << c.name << " " << transport;
+      }
+      EXPECT_GT(masked_bands, 0) << c.name << " " << transport;
+    }
+  }
+}
+
+// The flash route evaluates no mask: a masked call sent there is an error, not an unmasked result
+// (checked before any CUDA call, so on the CPU too).
+TEST(FusedBlock, FlashRouteRefusesAMask) {
+  const BlockPlan striped = kernels::plan_block(MaskSpec::parse("causal"), meta(at::arange(128) * 2, 1),
+                                                meta(at::arange(128) * 2 + 1, 1));
+  ASSERT_EQ(striped.kind, BlockKind::masked);
+  const at::Tensor q = at::randn({1, 2, 128, 64}).to(at::kBFloat16);
+  EXPECT_THROW((void)kernels::routed_forward(q, q, q, striped, 0.125, KernelRoute::cuda_flash), Error);
+}
+
+// a2a and hybrid put the gathered tokens in global order with the layout's map: per Ulysses group,
+// the arrival index of its tokens sorted by global position; a2a's one block is then the causal
+// triangle (planned without a mask), where rank order (load_balanced) leaves it masked.
+TEST(HeadParallelOrder, GlobalOrderMakesTheDiagonalOneCausalBlock) {
+  // load_balanced, W = 2, 4 chunks of 64: rank 0 owns chunks 0 and 3, rank 1 chunks 1 and 2.
+  const at::Tensor c = at::arange(64, at::kLong);
+  const at::Tensor rank_order = at::cat({c, c + 192, c + 64, c + 128});
+  const TokenMeta all = meta(rank_order, 1);
+  const MaskSpec causal = MaskSpec::parse("causal");
+  const auto a2a = make_transport("a2a");
+  const auto in_rank_order = a2a->make_plans(causal, all.narrow(1, 0, 128), all, {}, 0, 2, at::kCPU);
+  EXPECT_FALSE(in_rank_order->plan(0).causal);
+  EXPECT_FALSE(in_rank_order->gathered_order().defined());
+  const auto in_global_order = a2a->make_plans(causal, all.narrow(1, 0, 128), all, rank_order, 0, 2, at::kCPU);
+  EXPECT_TRUE(in_global_order->plan(0).causal);
+  const at::Tensor order = in_global_order->gathered_order();
+  ASSERT_TRUE(order.defined());
+  EXPECT_TRUE(rank_order.index_select(0, order).equal(at::arange(256, at::kLong)));
+  EXPECT_TRUE(order.index_select(0, in_global_order->gathered_inverse()).equal(at::arange(256, at::kLong)));
+  // hybrid, W = 4, U = 2: each group of 2 ranks sorted on its own.
+  const at::Tensor g = kernels::gathered_global_order(at::tensor({7, 0, 6, 1, 2, 5, 3, 4}, at::kLong), 4);
+  EXPECT_TRUE(g.equal(at::tensor({1, 3, 2, 0, 0, 2, 3, 1}, at::kLong).view({2, 4})));
+  // The negative control keeps rank order (its bug must stay planted).
+  const auto control = make_transport("a2a_rank_order");
+  EXPECT_FALSE(control->make_plans(causal, all.narrow(1, 0, 128), all, rank_order, 0, 2, at::kCPU)
+                   ->gathered_order()
+                   .defined());
 }
 
 }  // namespace

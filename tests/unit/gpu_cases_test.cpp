@@ -1,0 +1,83 @@
+// The GPU tests' arguments and expectations, checked on the CPU (tests/gpu/gpu_cases.hpp): what a
+// GPU test builds before its first device call, and what it expects of the device choice, must be
+// right on a machine without a GPU too. And the scenarios scripts/gpu-check.sh runs on one GPU admit
+// every case there.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "harness/runner/device_choice.hpp"
+#include "harness/runner/scenario.hpp"
+#include "tests/gpu/gpu_cases.hpp"
+#include "tests/test_paths.hpp"
+
+namespace cpbench {
+namespace {
+
+TEST(GpuCases, NcclWorldOfOneIsAGroupNcclAccepts) {
+  const comm::GroupSpec s = gpu_cases::nccl_world_of_one(0);
+  EXPECT_EQ(s.kind, comm::BackendKind::nccl);
+  EXPECT_EQ(comm::group_spec_error(s), "") << "Gpu.NcclWorldOfOneCollectives would fail at ProcessGroup::create";
+}
+
+TEST(GpuCases, GroupSpecErrorNamesWhatCreateRefuses) {
+  comm::GroupSpec s = gpu_cases::nccl_world_of_one(0);
+  s.device.reset();
+  EXPECT_NE(comm::group_spec_error(s).find("NCCL needs the CUDA device"), std::string::npos);
+  s.device = at::Device(at::kCPU);
+  EXPECT_NE(comm::group_spec_error(s).find("NCCL needs the CUDA device"), std::string::npos);
+  s = gpu_cases::nccl_world_of_one(0);
+  s.global_rank = 3;
+  EXPECT_NE(comm::group_spec_error(s).find("is not a member"), std::string::npos);
+  s.kind = comm::BackendKind::gloo;
+  s.global_rank = 0;
+  s.device.reset();
+  EXPECT_EQ(comm::group_spec_error(s), "");
+}
+
+// Gpu.RunnerPassesTheGradientCheckOnCuda runs its scenario as one node of `cp` ranks: the backend
+// it expects must be the one choose_device picks, on a machine with any number of GPUs.
+TEST(GpuCases, RunnerBackendExpectationIsTheDeviceChoice) {
+  const ScenarioSpec s = parse_scenario(gpu_cases::runner_scenario_yaml(), "gpu_cases::runner_scenario_yaml");
+  ASSERT_FALSE(s.cases.empty());
+  EXPECT_EQ(s.device, DeviceKind::cuda);
+  for (int visible : {1, 2, 4, 8}) {
+    for (const CaseSpec& c : s.cases) {
+      for (int lr = 0; lr < c.world_size(); ++lr) {
+        const DeviceChoice d = choose_device(true, lr, static_cast<int>(c.world_size()), visible, s.share_gpu);
+        EXPECT_EQ(std::string(comm::to_string(d.backend)),
+                  std::string(comm::to_string(gpu_cases::expected_runner_backend(c.cp, visible))))
+            << c.name() << " on " << visible << " GPU(s), local rank " << lr;
+      }
+    }
+  }
+}
+
+// scripts/gpu-check.sh runs the gpu_*.yaml scenarios on one GPU (gpu_nccl*.yaml only with two or
+// more): every case of more than one rank must share the GPU over Gloo there, never be refused nor
+// pair NCCL ranks on one device.
+TEST(GpuCases, OneGpuScenariosShareTheGpuForEveryMultiRankCase) {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(CPBENCH_SOURCE_DIR) + "/scenarios")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("gpu_", 0) != 0 || name.rfind("gpu_nccl", 0) == 0 || e.path().extension() != ".yaml") continue;
+    ++files;
+    const ScenarioSpec s = load_scenario(e.path().string());
+    EXPECT_EQ(s.device, DeviceKind::cuda) << name;
+    for (const CaseSpec& c : s.cases) {
+      const int w = static_cast<int>(c.world_size());
+      for (int lr = 0; lr < w; ++lr) {
+        DeviceChoice d;
+        ASSERT_NO_THROW(d = choose_device(true, lr, w, 1, s.share_gpu)) << name << ": " << c.name();
+        if (w > 1) {
+          EXPECT_TRUE(d.shared_gpu) << name << ": " << c.name() << " (W = " << w << ") on one GPU needs share_gpu: true";
+          EXPECT_EQ(d.backend, comm::BackendKind::gloo) << name << ": " << c.name();
+        }
+      }
+    }
+  }
+  EXPECT_GE(files, 3);
+}
+
+}  // namespace
+}  // namespace cpbench
