@@ -377,14 +377,15 @@ SsmConfig test_config() { return SsmConfig{4, 8, 8, 2, 4}; }
 
 TEST(SsmStatePassing, MatchesTheSingleRankLayerOnEveryChunkedLayout) {
   const SsmConfig c = test_config();
+  // Each layout at W = 2, 3, 4, alternating the mask (both masks at every W over the layouts).
+  int i = 0;
   for (const auto& layout : {"contiguous", "load_balanced", "thd", "sdpa_wrap", "workload_balanced"})
-    for (int64_t W : {2, 3, 4})
-      for (const auto& mask : {"causal", "document"}) {
-        const LayerCase k{layout, W, mask, at::kDouble};
-        const Compared d = check_layer(k, c);
-        EXPECT_LT(d.worst(), tolerance(k.dtype))
-            << label(k) << ": y " << d.y << " dL/dproj " << d.proj_grad << " dL/dparams " << d.param_grad;
-      }
+    for (int64_t W : {2, 3, 4}) {
+      const LayerCase k{layout, W, i++ % 2 == 0 ? "document" : "causal", at::kDouble};
+      const Compared d = check_layer(k, c);
+      EXPECT_LT(d.worst(), tolerance(k.dtype))
+          << label(k) << ": y " << d.y << " dL/dproj " << d.proj_grad << " dL/dparams " << d.param_grad;
+    }
 }
 
 TEST(SsmStatePassing, LowPrecisionAndAConvOfOne) {
