@@ -116,9 +116,10 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
       3 * B * sl * V * e + 2 * B * S * V * e);
   if (md.has_ssm()) {
     // Mamba layers (harness/model/mamba.cpp), on top of the attention terms above, which count every
-    // layer as attention (an overestimate for hybrids): weights, and the quadratic scan's [B, P, P,
-    // H/W] tensors (decay, C.B, their product and the masks, ~6 kept for the backward) over the whole
-    // stream on every rank; the reference rank holds the same for all H heads over S.
+    // layer as attention (an overestimate for hybrids): weights, and the chunked scan's [B, tokens, Q,
+    // heads] intra-chunk tensors (decay, C.B, their product and the masks, ~6 kept for the backward).
+    // Either SSM CP strategy scans S x H/W token-heads per rank (hidden-parallel: the whole stream for
+    // H/W heads; state passing: S/W tokens for every head); the reference rank scans S x H.
     const auto& sm = md.ssm;
     double Lm = 0;
     for (char ch : md.mixers) Lm += ch == 'M' ? 1 : 0;
@@ -128,10 +129,10 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
             (static_cast<double>(sm.in_proj_width()) * H + static_cast<double>(sm.conv_channels() * (sm.conv + 1)) +
              3 * Hs + H * static_cast<double>(sm.d_inner()) + H) *
             e);
-    const double Pw = sl * W;
-    add("SSM scan (P x P per local head)",
-        driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.ssm.heads", rsh / W}}),
-        Lm * B * Pw * Pw * (Hs / W) * 6 * ge + (reference_rank ? Lm * B * S * S * Hs * 6 * e : 0.0));
+    const double Pw = sl * W, Q = std::min(static_cast<double>(kSsmChunk), Pw);
+    add("SSM scan (tokens x chunk per head)",
+        driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ssm.heads", rsh}}),
+        Lm * B * Pw * Q * (Hs / W) * 6 * ge + (reference_rank ? Lm * B * S * Q * Hs * 6 * e : 0.0));
   }
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).
   const double attention_guess = L * sl * (4 * H + 4 * Hkv * D + 4 * Hq) * e + W * 4 * Hkv * sl * D * ge;
