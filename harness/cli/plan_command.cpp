@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "harness/fs_util.hpp"
+#include "harness/model/ssm_cp_costs.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
@@ -48,7 +49,7 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
                  transports + " (default: all; hybrid is planned for every Ulysses degree 1 < U < W dividing W)")
       ->delimiter(',');
   std::string strategies;
-  for (const auto& t : known_ssm_strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
+  for (const auto& t : known_ssm_cp_strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
   cmd.add_option("--ssm-cp", o.ssm_cp, "SSM CP strategies to plan for models with SSM layers: " + strategies +
                                            " (default: both)")
       ->delimiter(',');

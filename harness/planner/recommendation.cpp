@@ -104,9 +104,9 @@ void rank_and_recommend(Plan& plan) {
                 fmt_bytes(static_cast<double>(b.bytes_per_rank)) + " of attention sent per rank)";
     if (!b.fits_memory) cr.reason += "; WARNING: no case fits in device memory";
     if (ok.size() > 1) cr.reason += "; " + versus(b, *ok[1]);
-    // The other SSM strategy's best case, when it is not the runner-up.
+    // The same layout and transport under the other SSM strategy, when it is not the runner-up.
     for (size_t i = 2; i < ok.size(); ++i)
-      if (ok[i]->ssm.strategy != b.ssm.strategy && ok[1]->ssm.strategy == b.ssm.strategy) {
+      if (ok[i]->ssm.strategy != b.ssm.strategy && ok[i]->sharder == b.sharder && ok[i]->transport == b.transport) {
         cr.reason += "; " + versus(b, *ok[i]);
         break;
       }
