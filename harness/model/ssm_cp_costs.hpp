@@ -96,7 +96,7 @@ struct SsmCpBytes {
 // "" when state passing can run on `layout` at cp ranks, else the one-line reason. The test is what
 // the strategy promises: the chunks a rank owns must not multiply with the sequence length (striped
 // gives every token its own chunk), so the layout is computed at two lengths (S and 4S, one
-// document for packed layouts) and its runs per rank compared.
+// document for packed layouts) and its runs per rank compared (refused when they at least double).
 [[nodiscard]] std::string state_passing_unsupported_reason(const Layout& layout, int64_t cp);
 
 }  // namespace cpbench
