@@ -110,7 +110,13 @@ ModelShape model_preset(const std::string& name) {
     if (m.name == name) return m;
   if (name == "tiny" || name == "tiny-hybrid" || name == "small") {
     const ModelConfig c = ModelConfig::preset_named(name);
-    ModelShape m{name, c.layers, c.hidden, c.heads, c.kv_heads, c.head_dim()};
+    ModelShape m;
+    m.name = name;
+    m.layers = c.layers;
+    m.hidden = c.hidden;
+    m.heads = c.heads;
+    m.kv_heads = c.kv_heads;
+    m.head_dim = c.head_dim();
     if (c.has_ssm()) {
       m.mixers = c.mixers;
       m.ssm = c.ssm;
