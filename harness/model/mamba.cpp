@@ -1,9 +1,11 @@
 #include "harness/model/mamba.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <vector>
 
+#include "harness/model/ssm_state_passing.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/core/nvtx.hpp"
@@ -38,7 +40,7 @@ SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, 
   const at::Tensor val = meta.valid.to(at::kCPU, at::kBool).contiguous();
   const int64_t R = seg.size(0), L = seg.size(1), K = conv;
   std::vector<int64_t> group(static_cast<size_t>(R * L)), src(static_cast<size_t>(R * L * K));
-  std::vector<double> valid(static_cast<size_t>(R * L));
+  std::vector<int64_t> valid(static_cast<size_t>(R * L));
   const int64_t* sp = seg.data_ptr<int64_t>();
   const int64_t* dp = doc.data_ptr<int64_t>();
   const bool* vp = val.data_ptr<bool>();
@@ -62,7 +64,7 @@ SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, 
         }
       }
       group[i] = current;
-      valid[i] = real ? 1.0 : 0.0;
+      valid[i] = real ? 1 : 0;
       // Taps k = K-1 (this token), K-2 (the previous real one), ...; pad slots read zeros only.
       for (int64_t k = 0; k < K; ++k) src[i * static_cast<size_t>(K) + static_cast<size_t>(k)] = zero_row;
       if (real) {
@@ -77,43 +79,135 @@ SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, 
   SsmPlan p;
   p.rows = R;
   p.length = L;
-  p.group = at::tensor(group, at::kLong).view({R, L}).to(device);
-  p.valid = at::tensor(valid, at::kDouble).view({R, L}).to(device, dtype);
-  p.conv_src = at::tensor(src, at::kLong).to(device);
+  p.group = ssm_host_tensor(group, device).view({R, L});
+  p.valid = ssm_host_tensor(valid, device).view({R, L}).to(dtype);
+  p.conv_src = ssm_host_tensor(src, device);
   return p;
 }
 
-SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,
+namespace {
+
+std::atomic<int64_t> host_tensors_built{0};
+
+// Channels of `proj` ([z | x | B | C | dt]) that rank q of W scans: its heads' x, its groups' B and C,
+// its heads' dt. With `conv_coords`, the same channels of conv1d ([x | B | C]) without dt.
+std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, bool conv_coords) {
+  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, N = c.state, G = c.groups;
+  const int64_t g_l = G >= W ? G / W : 1;
+  const int64_t g0 = G >= W ? q * g_l : q / (W / G);
+  const int64_t base = conv_coords ? 0 : c.d_inner();  // skip z in proj coordinates
+  std::vector<int64_t> idx;
+  const auto range = [&](int64_t start, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
+  };
+  range(base + q * d_l, d_l);                                    // x
+  range(base + c.d_inner() + g0 * N, g_l * N);                   // B
+  range(base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
+  if (!conv_coords) range(base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
+  return idx;
+}
+
+// The hidden-parallel index tensors of rank r of W (W = 1: every channel, in order).
+void set_hidden_parallel_indices(SsmStepContext& ctx, const SsmConfig& c, int64_t W, int64_t r,
+                                 const at::Device& device) {
+  std::vector<int64_t> send;
+  for (int64_t q = 0; q < W; ++q) {
+    const auto ch = rank_channels(c, W, q, false);
+    send.insert(send.end(), ch.begin(), ch.end());
+  }
+  std::vector<int64_t> heads;
+  for (int64_t i = 0; i < c.heads / W; ++i) heads.push_back(r * (c.heads / W) + i);
+  ctx.send_channels = ssm_host_tensor(send, device);
+  ctx.conv_channels = ssm_host_tensor(rank_channels(c, W, r, true), device);
+  ctx.heads = ssm_host_tensor(heads, device);
+}
+
+SsmCpShape layer_shape(const SsmConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
+  SsmCpShape s;
+  s.batch = rows;
+  s.seq_len = seq_len;
+  s.cp = cp;
+  s.heads = c.heads;
+  s.head_dim = c.head_dim;
+  s.state = c.state;
+  s.groups = c.groups;
+  s.conv = c.conv;
+  s.elem_bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  const bool low = dtype == at::kBFloat16 || dtype == at::kHalf;
+  s.state_elem_bytes = low ? 4 : s.elem_bytes;
+  return s;
+}
+
+}  // namespace
+
+int64_t ssm_host_tensors_built() { return host_tensors_built.load(); }
+
+at::Tensor ssm_host_tensor(const std::vector<int64_t>& v, const at::Device& device) {
+  ++host_tensors_built;
+  return at::tensor(v, at::kLong).to(device);
+}
+
+SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, const SsmConfig& config,
                                        at::ScalarType dtype, const at::Device& device) {
   SsmStepContext ctx;
-  ctx.plan = make_ssm_plan(meta, mask.same_document(), conv, dtype, device);
+  ctx.plan = make_ssm_plan(meta, mask.same_document(), config.conv, dtype, device);
+  set_hidden_parallel_indices(ctx, config, 1, 0, device);
+  ctx.shape = layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
   return ctx;
 }
 
 SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder, const TokenMeta& all_meta,
-                              const MaskSpec& mask, int64_t conv, at::ScalarType dtype, const at::Device& device,
-                              std::string nvtx, bool undo_chunk_order) {
-  SsmStepContext ctx;
-  ctx.comm = &comm;
-  ctx.nvtx = std::move(nvtx);
+                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
   const GlobalLayout& g = sharder.shard_layout().global;
   CP_CHECK(all_meta.tokens() == g.padded_seq_len, "mamba: gathered metadata has ", all_meta.tokens(),
            " tokens per row, the shard's stream ", g.padded_seq_len, " (", sharder.who(), ")");
+  return cp_ssm_context(comm, g, all_meta, mask, config, dtype, device, std::move(nvtx), options);
+}
+
+SsmStepContext cp_ssm_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
+                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
+  SsmStepContext ctx;
+  ctx.comm = &comm;
+  ctx.nvtx = std::move(nvtx);
+  ctx.strategy = options.strategy;
+  CP_CHECK(all_meta.tokens() == g.padded_seq_len && g.cp == comm.size(), "mamba: gathered metadata has ",
+           all_meta.tokens(), " tokens per row for a ", g.layout, " stream of ", g.padded_seq_len, " over cp ", g.cp,
+           ", the communicator has ", comm.size(), " ranks");
+  ctx.shape = layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
+  if (options.strategy == SsmCpStrategy::state_passing) {
+    auto sp = make_state_passing_plan(g, all_meta, mask.same_document(), config.conv, comm.rank(), dtype, device,
+                                      options.drop_incoming_state);
+    ctx.plan = sp->local;
+    ctx.shape.chunks_per_rank = sp->slots;
+    ctx.state_passing = std::move(sp);
+    return ctx;
+  }
+  const std::string why = config.cp_unsupported_reason(comm.size());
+  CP_CHECK(why.empty(), "mamba: ", why, " (rank ", comm.rank(), ")");
+  set_hidden_parallel_indices(ctx, config, comm.size(), comm.rank(), device);
   TokenMeta scan_meta = all_meta;
-  if (undo_chunk_order) {
+  if (options.undo_chunk_order) {
     // The layout's one map, both ways: rank-order concatenation <-> global stream order.
     std::vector<int64_t> rank_order;
     rank_order.reserve(static_cast<size_t>(g.padded_seq_len));
     for (const auto& r : g.ranks) rank_order.insert(rank_order.end(), r.begin(), r.end());
-    ctx.to_rank_order = at::tensor(rank_order, at::kLong).to(device);
-    ctx.to_global = at::tensor(g.inverse(), at::kLong).to(device);
+    ctx.to_rank_order = ssm_host_tensor(rank_order, device);
+    ctx.to_global = ssm_host_tensor(g.inverse(), device);
     scan_meta = all_meta.index_select(1, ctx.to_global.to(all_meta.pos.device()));
   }
-  ctx.plan = make_ssm_plan(scan_meta, mask.same_document(), conv, dtype, device);
+  ctx.plan = make_ssm_plan(scan_meta, mask.same_document(), config.conv, dtype, device);
   return ctx;
 }
 
 // ---- scan ----
+
+// The masked values may be large positive decay sums (s > t), so they are replaced before exp, not
+// after: exp would overflow and 0 * inf is NaN, in the values and in the gradients.
+at::Tensor masked_exp(const at::Tensor& keep, const at::Tensor& v) {
+  return at::exp(at::where(keep, v, at::full({}, -std::numeric_limits<double>::infinity(), v.options())));
+}
 
 namespace {
 
@@ -132,13 +226,6 @@ void check_scan_shapes(const char* who, const at::Tensor& x, const at::Tensor& d
   CP_CHECK(G >= 1 && H % G == 0, who, ": ", H, " heads for ", G, " groups, shapes x ", shape_str(x.sizes()), " B ",
            shape_str(B.sizes()));
   CP_CHECK(group.scalar_type() == at::kLong, who, ": group must be int64, got ", group.scalar_type());
-}
-
-// exp(v) where `keep`, exactly 0 elsewhere. The masked values may be large positive decay sums
-// (s > t), so they are replaced before exp, not after: exp would overflow and 0 * inf is NaN, in the
-// values and in the gradients.
-at::Tensor masked_exp(const at::Tensor& keep, const at::Tensor& v) {
-  return at::exp(at::where(keep, v, at::full({}, -std::numeric_limits<double>::infinity(), v.options())));
 }
 
 // Zero-extends dim 1 of `t` by `extra` slots at the end (differentiable).
@@ -254,60 +341,48 @@ at::Tensor ssm_scan_recurrence(const at::Tensor& x, const at::Tensor& dt, const 
   return at::stack(ys, 1);
 }
 
-// ---- the layer under CP ----
+// ---- the layer ----
+
+SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_raw, const at::Tensor& valid,
+                               const at::Tensor& conv_w, const at::Tensor& conv_b, const at::Tensor& dt_bias,
+                               const at::Tensor& A_log, const at::Tensor& D, int64_t head_dim, int64_t groups,
+                               int64_t state, at::ScalarType ct) {
+  const int64_t R = taps.size(0), L = taps.size(1), h = dt_raw.size(2), d = h * head_dim, gn = groups * state;
+  const at::Tensor xbc = at::silu((taps.to(ct) * conv_w.to(ct).t().unsqueeze(0).unsqueeze(0)).sum(2) + conv_b.to(ct));
+  SsmScanInputs in;
+  in.x = xbc.narrow(2, 0, d).reshape({R, L, h, head_dim});
+  in.B = xbc.narrow(2, d, gn).reshape({R, L, groups, state});
+  in.C = xbc.narrow(2, d + gn, gn).reshape({R, L, groups, state});
+  // Pad slots get dt = 0: no decay, no input, so the state carries through them unchanged.
+  in.dt = at::softplus(dt_raw.to(ct) + dt_bias.to(ct)) * valid.to(ct).unsqueeze(-1);
+  in.A = -at::exp(A_log.to(ct));
+  in.D = D.to(ct);
+  return in;
+}
 
 namespace {
-
-// Channels of `proj` ([z | x | B | C | dt]) that rank q of W scans: its heads' x, its groups' B and C,
-// its heads' dt. With `conv_coords`, the same channels of conv1d ([x | B | C]) without dt.
-std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, bool conv_coords) {
-  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, N = c.state, G = c.groups;
-  const int64_t g_l = G >= W ? G / W : 1;
-  const int64_t g0 = G >= W ? q * g_l : q / (W / G);
-  const int64_t base = conv_coords ? 0 : c.d_inner();  // skip z in proj coordinates
-  std::vector<int64_t> idx;
-  const auto range = [&](int64_t start, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
-  };
-  range(base + q * d_l, d_l);                                    // x
-  range(base + c.d_inner() + g0 * N, g_l * N);                   // B
-  range(base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
-  if (!conv_coords) range(base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
-  return idx;
-}
 
 void count_sent(const SsmStepContext& ctx, const at::Tensor& exchanged, int64_t W) {
   if (ctx.bytes_sent && W > 1) *ctx.bytes_sent += 2 * static_cast<int64_t>(exchanged.nbytes()) / W * (W - 1);
 }
 
-at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
-  return at::tensor(v, at::kLong).to(device);
-}
-
-}  // namespace
-
-at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
-                             const SsmStepContext& ctx) {
+// Hidden-parallel (and one rank): the whole stream for this rank's channels.
+at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                                   const SsmStepContext& ctx) {
   const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
-  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "mamba: proj ", shape_str(proj.sizes()),
-           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
   const std::string why = c.cp_unsupported_reason(W);
   CP_CHECK(why.empty(), "mamba: ", why, " (rank ", r, ")");
+  CP_CHECK(ctx.send_channels.defined(), "mamba: the step's SSM context has no hidden-parallel index tensors (rank ",
+           r, ")");
   const int64_t R = proj.size(0), S_local = proj.size(1);
   const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, g_l = c.groups >= W ? c.groups / W : 1;
   const int64_t N = c.state, K = c.conv;
-  const at::Device dev = proj.device();
 
   // Sequence-parallel -> hidden-parallel: block q of the last dim holds rank q's channels.
-  std::vector<int64_t> send;
-  for (int64_t q = 0; q < W; ++q) {
-    const auto ch = rank_channels(c, W, q, false);
-    send.insert(send.end(), ch.begin(), ch.end());
-  }
   at::Tensor mine;  // [R, W * S_local, channels], rank order
   {
     nvtx::Range range{ctx.nvtx, "ssm_a2a"};
-    const at::Tensor blocks = proj.index_select(2, index_tensor(send, dev));
+    const at::Tensor blocks = proj.index_select(2, ctx.send_channels);
     mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1, {ctx.nvtx, nullptr}) : blocks;
     count_sent(ctx, blocks, W);
   }
@@ -320,31 +395,15 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
   const at::ScalarType st = proj.scalar_type();
   const at::ScalarType ct = (st == at::kBFloat16 || st == at::kHalf) ? at::kFloat : st;
   const int64_t cc = d_l + 2 * g_l * N;
-  at::Tensor xbc = mine.narrow(2, 0, cc).to(ct);
-  at::Tensor dt_raw = mine.narrow(2, cc, h_l).to(ct);
-
   // Causal depthwise conv over each token's earlier real tokens of its group (SsmPlan::conv_src).
-  const at::Tensor conv_idx = index_tensor(rank_channels(c, W, r, true), dev);
-  const at::Tensor w = params.conv_w.index_select(0, conv_idx).to(ct);  // [cc, K]
-  const at::Tensor b = params.conv_b.index_select(0, conv_idx).to(ct);
+  const at::Tensor xbc = mine.narrow(2, 0, cc).to(ct);
   const at::Tensor padded = at::cat({xbc, at::zeros({R, 1, cc}, xbc.options())}, 1).reshape({R * (L + 1), cc});
   const at::Tensor taps = padded.index_select(0, ctx.plan.conv_src).view({R, L, K, cc});
-  xbc = at::silu((taps * w.t().unsqueeze(0).unsqueeze(0)).sum(2) + b);
-
-  const at::Tensor valid = ctx.plan.valid.to(ct);
-  const at::Tensor x = xbc.narrow(2, 0, d_l).reshape({R, L, h_l, c.head_dim});
-  const at::Tensor B = xbc.narrow(2, d_l, g_l * N).reshape({R, L, g_l, N});
-  const at::Tensor C = xbc.narrow(2, d_l + g_l * N, g_l * N).reshape({R, L, g_l, N});
-  const at::Tensor heads = index_tensor([&] {
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < h_l; ++i) v.push_back(r * h_l + i);
-    return v;
-  }(), dev);
-  // Pad slots get dt = 0: no decay, no input, so the state carries through them unchanged.
-  const at::Tensor dt = at::softplus(dt_raw + params.dt_bias.index_select(0, heads).to(ct)) * valid.unsqueeze(-1);
-  const at::Tensor A = -at::exp(params.A_log.index_select(0, heads).to(ct));
-  const at::Tensor D = params.D.index_select(0, heads).to(ct);
-  at::Tensor y = ssm_scan(x, dt, A, B, C, D, ctx.plan.group).reshape({R, L, d_l}).to(st);
+  const SsmScanInputs in = conv_to_scan_inputs(
+      taps, mine.narrow(2, cc, h_l), ctx.plan.valid, params.conv_w.index_select(0, ctx.conv_channels),
+      params.conv_b.index_select(0, ctx.conv_channels), params.dt_bias.index_select(0, ctx.heads),
+      params.A_log.index_select(0, ctx.heads), params.D.index_select(0, ctx.heads), c.head_dim, g_l, N, ct);
+  at::Tensor y = ssm_scan(in.x, in.dt, in.A, in.B, in.C, in.D, ctx.plan.group).reshape({R, L, d_l}).to(st);
 
   if (ctx.to_rank_order.defined()) y = y.index_select(1, ctx.to_rank_order);
   nvtx::Range range{ctx.nvtx, "ssm_a2a"};
@@ -353,6 +412,17 @@ at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, co
   CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
            " (rank ", r, ")");
   return out;
+}
+
+}  // namespace
+
+at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                             const SsmStepContext& ctx) {
+  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "mamba: proj ", shape_str(proj.sizes()),
+           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
+  if (ctx.strategy == SsmCpStrategy::state_passing) return state_passing_forward(proj, params, c, ctx);
+  return hidden_parallel_forward(proj, params, c, ctx);
 }
 
 }  // namespace cpbench

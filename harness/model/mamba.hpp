@@ -17,6 +17,13 @@
 // so gradients reach them), the result goes back to rank order (GlobalLayout::ranks) and a second
 // all-to-all returns [R, S/W, d_inner]. z never travels: the gate is applied on the local tokens.
 //
+// State-passing CP (ssm_cp: state_passing; harness/model/ssm_state_passing.hpp): the sequence stays
+// split. Each rank convolves and scans its own tokens with every channel, each chunk (maximal run of
+// consecutive stream positions it owns) from a zero state; one all-gather of every chunk's summary
+// (final state and whole decay) lets each rank compose the state arriving at each of its chunks, and
+// correct its outputs with it; the conv's K-1 earlier inputs at a chunk start come from one all-gather
+// of every chunk's last K-1 real inputs. Bytes per rank: harness/model/ssm_cp_costs.hpp.
+//
 // Mask semantics: the conv window and the scan state see only earlier REAL tokens of the same group:
 // a group is one input row (segment), and under a document mask one document. Pad slots contribute
 // nothing (dt = 0 there: the state passes them unchanged; the conv skips them), so a thd stream's pad
@@ -25,8 +32,11 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "harness/model/ssm_cp_costs.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "sharders/mask.hpp"
 #include "sharders/sharder.hpp"
@@ -72,34 +82,84 @@ struct SsmPlan {
 [[nodiscard]] SsmPlan make_ssm_plan(const TokenMeta& meta, bool document_reset, int64_t conv, at::ScalarType dtype,
                                     const at::Device& device);
 
-// What an SSM layer needs to run on this rank, built once per step.
+// What an SSM layer needs to run on this rank, built once per step: every index and mask tensor the
+// layers use is built here on the host and moved to the device once, never inside a layer (a layer
+// issues no host-to-device copy; ssm_host_tensors_built() counts them for the test that says so).
+struct StatePassingPlan;  // harness/model/ssm_state_passing.hpp
 struct SsmStepContext {
   const comm::Communicator* comm = nullptr;  // null: one rank, the stream as given
-  at::Tensor to_global;      // int64 [P]: rank-order index of global position p; undefined: identity
-  at::Tensor to_rank_order;  // int64 [P]: global position of rank-order element i; undefined: identity
-  SsmPlan plan;              // over the stream the scan runs on
-  std::string nvtx;          // "cp:<sharder>"
-  // When set, += the bytes this rank's all-to-alls send to other ranks: (W-1)/W of each exchanged
-  // tensor, counted twice (the backward's reverse all-to-all sends as many).
+  SsmCpStrategy strategy = SsmCpStrategy::hidden_parallel;
+  SsmPlan plan;  // over the stream this rank scans: hidden_parallel the whole stream (global order),
+                 // state_passing this rank's own tokens (local order, a reset at each chunk start)
+  // hidden_parallel (and one rank):
+  at::Tensor to_global;       // int64 [P]: rank-order index of global position p; undefined: identity
+  at::Tensor to_rank_order;   // int64 [P]: global position of rank-order element i; undefined: identity
+  at::Tensor send_channels;   // int64: proj channels sent, block q = rank q's (x, B, C, dt; no z)
+  at::Tensor conv_channels;   // int64: this rank's conv1d channels ([x | B | C] coordinates)
+  at::Tensor heads;           // int64 [H/W]: this rank's SSM heads
+  // state_passing:
+  std::shared_ptr<const StatePassingPlan> state_passing;
+  // What one layer sends under this strategy (ssm_cp_costs.hpp), from this step's shapes; the runner
+  // checks every step that the layers' count equals it.
+  SsmCpShape shape;
+  std::string nvtx;  // "cp:<sharder>"
+  // When set, += the bytes this rank's collectives send to other ranks, forward and backward (the
+  // backward's collectives send as many as the forward's: counted when the forward runs).
   int64_t* bytes_sent = nullptr;
-  // When set, times every layer's SSM section (scan and all-to-alls, forward and backward).
+  // When set, times every layer's SSM section (scan and collectives, forward and backward).
   class SectionClock* clock = nullptr;
 };
+// How cp_ssm_context builds the step's context.
+struct SsmCpOptions {
+  SsmCpStrategy strategy = SsmCpStrategy::hidden_parallel;
+  // hidden_parallel: false is the negative control that scans the rank-order concatenation as if it
+  // were the sequence.
+  bool undo_chunk_order = true;
+  // state_passing: true is the negative control that makes this rank ignore the state arriving at its
+  // chunks (it scans them from zero as if each started the sequence).
+  bool drop_incoming_state = false;
+};
 // The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
-[[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, int64_t conv,
-                                                     at::ScalarType dtype, const at::Device& device);
+[[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask,
+                                                     const SsmConfig& config, at::ScalarType dtype,
+                                                     const at::Device& device);
 // The CP path after `sharder` sharded the batch: `all_meta` is every rank's attention metadata in rank
-// order ([R, W * S_local], what the runner all-gathers). `undo_chunk_order = false` is the negative
-// control that scans the rank-order concatenation as if it were the sequence.
+// order ([R, W * S_local], what the runner all-gathers).
 [[nodiscard]] SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder,
-                                            const TokenMeta& all_meta, const MaskSpec& mask, int64_t conv,
+                                            const TokenMeta& all_meta, const MaskSpec& mask, const SsmConfig& config,
                                             at::ScalarType dtype, const at::Device& device, std::string nvtx,
-                                            bool undo_chunk_order = true);
+                                            const SsmCpOptions& options = {});
+// The same from the layout the shard used (`layout` = sharder.shard_layout().global).
+[[nodiscard]] SsmStepContext cp_ssm_context(const comm::Communicator& comm, const GlobalLayout& layout,
+                                            const TokenMeta& all_meta, const MaskSpec& mask, const SsmConfig& config,
+                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
+                                            const SsmCpOptions& options = {});
 
 // The SSM part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> y [R, S_local,
 // d_inner] (before the gate), every head's output for this rank's tokens. Collective over ctx.comm.
 [[nodiscard]] at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& config,
                                            const SsmStepContext& ctx);
+
+// Host-built tensors the SSM code has moved to a device since the process started (plans, index maps):
+// a step builds them once in its context; a layer builds none.
+[[nodiscard]] int64_t ssm_host_tensors_built();
+// at::tensor(v) on `device`, counted by ssm_host_tensors_built(). The SSM code's one way to build one.
+[[nodiscard]] at::Tensor ssm_host_tensor(const std::vector<int64_t>& v, const at::Device& device);
+
+// The scan's inputs after the causal conv, as ssm_scan takes them (shapes in its contract below), in
+// the compute dtype `ct`. `taps` [R, L, K, cc]: each token's conv window (tap K-1 = the token itself);
+// conv_w [cc, K], conv_b [cc] for those channels; dt_raw [R, L, h]; valid [R, L]; dt_bias, A_log, D [h]
+// for those heads; cc = h * head_dim + 2 * g * state.
+struct SsmScanInputs {
+  at::Tensor x, dt, A, B, C, D;
+};
+[[nodiscard]] SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_raw, const at::Tensor& valid,
+                                             const at::Tensor& conv_w, const at::Tensor& conv_b,
+                                             const at::Tensor& dt_bias, const at::Tensor& A_log, const at::Tensor& D,
+                                             int64_t head_dim, int64_t groups, int64_t state, at::ScalarType ct);
+
+// exp(v) where `keep` (bool, broadcast to v), exactly 0 elsewhere, with finite gradients everywhere.
+[[nodiscard]] at::Tensor masked_exp(const at::Tensor& keep, const at::Tensor& v);
 
 // ---- the selective scan ----
 // Every form computes, per row r and head h (heads h use B/C group h / (H / G)):

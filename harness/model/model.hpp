@@ -57,7 +57,7 @@ class TinyTransformerImpl : public torch::nn::Module {
 
   // `attention` is called once per attention layer; when the SDPA hook holds an override (see
   // SdpaHookGuard), the override is called instead. `ssm`: how the Mamba layers run this step (one
-  // rank or hidden-parallel CP); required when the model has any.
+  // rank, hidden-parallel or state-passing CP); required when the model has any.
   ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
                       const at::Tensor& position_ids, const AttentionFn& attention,
                       const SsmStepContext* ssm = nullptr);

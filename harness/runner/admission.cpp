@@ -46,7 +46,7 @@ std::string key_value(const ScenarioSpec& s, const std::string& key) {
 }
 
 // The SSM CP strategy a case runs its Mamba layers with.
-SsmCpStrategy case_ssm_strategy(const CaseSpec&) { return SsmCpStrategy::hidden_parallel; }
+SsmCpStrategy case_ssm_strategy(const CaseSpec& c) { return c.ssm_cp; }
 
 // The int64 formulas of the planner and the transports are only asked about sizes whose cruder terms
 // already fit in memory, so their products cannot overflow.

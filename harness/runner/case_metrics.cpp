@@ -165,8 +165,9 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   // Bytes over the time they were in flight, overlapped or not: the transport's effective transfer rate
   // inside the step (not a link bandwidth: the collectives measured alone give algbw / busbw).
   add("attention_transfer_rate", max_transfer > 0 ? max_b / max_transfer : 0, "B/s");
-  // Mamba layers (hidden-parallel): every rank sends the same, so rank 0's count is per rank.
-  if (x.s.model.has_ssm()) add("ssm_a2a_bytes_per_rank", r0.ssm_bytes, "bytes");
+  // Mamba layers: what rank 0's SSM collectives sent per step, forward and backward (every rank sends
+  // the same; each step checks it against ssm_cp_costs, harness/runner/train_step.cpp).
+  if (x.s.model.has_ssm()) add("ssm_bytes_per_rank", r0.ssm_bytes, "bytes");
   add("peak_rss", static_cast<double>(peak_rss_bytes()), "bytes");
   if (x.cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(x.device.index());

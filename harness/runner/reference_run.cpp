@@ -25,7 +25,7 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
   std::optional<SsmStepContext> ssm;
   if (x.s.model.has_ssm())
-    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm.conv, model->parameters()[0].scalar_type(), x.device);
+    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm, model->parameters()[0].scalar_type(), x.device);
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
                                    *b.position_ids, attn, ssm ? &*ssm : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);

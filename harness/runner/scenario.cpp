@@ -46,6 +46,7 @@ std::string CaseSpec::name() const {
   std::string n =
       sharder + "/" + t + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
+  if (ssm_cp != SsmCpStrategy::hidden_parallel) n += std::string("/") + to_string(ssm_cp);
   return n;
 }
 
@@ -295,12 +296,12 @@ ModelConfig read_model(const Ctx& c, const YAML::Node& m) {
 
 
 struct Axes {
-  std::vector<std::string> sharder, transport, mask, dtype, expect;
+  std::vector<std::string> sharder, transport, mask, dtype, expect, ssm_cp;
   std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
 };
 
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect"});
+  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp"});
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
@@ -337,7 +338,14 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   auto expect_ok = [&](const std::string& p, const std::string& v) {
     if (v != "match" && v != "mismatch") c.fail(p, "expected match or mismatch, got \"" + v + "\"");
   };
+  auto ssm_cp_ok = [&](const std::string& p, const std::string& v) {
+    if (parse_ssm_cp_strategy(v)) return;
+    std::string known;
+    for (const auto& k : known_ssm_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
+    c.fail(p, "unknown SSM CP strategy \"" + v + "\"; known: " + known);
+  };
   if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
+  if (n["ssm_cp"]) a.ssm_cp = read_str_list(c, n["ssm_cp"], sub("ssm_cp"), ssm_cp_ok);
   if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
   if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
   if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
@@ -361,8 +369,8 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   }
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
-             {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "measure",
-              "timeout_s", "seed", "share_gpu"});
+             {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
+              "measure", "timeout_s", "seed", "share_gpu"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -453,9 +461,10 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   defaults.mask = {"causal"};
   defaults.dtype = {"float64"};
   defaults.expect = {"match"};
+  defaults.ssm_cp = {to_string(SsmCpStrategy::hidden_parallel)};
   {
     YAML::Node top;
-    for (const char* k : {"mask", "dtype", "expect"})
+    for (const char* k : {"mask", "dtype", "expect", "ssm_cp"})
       if (root[k]) top[k] = root[k];
     if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
   }
@@ -511,7 +520,8 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
           for (auto dp : a.dp)
             for (const auto& mk : a.mask)
               for (const auto& dt : a.dtype)
-                for (const auto& ex : a.expect) {
+                for (const auto& ex : a.expect)
+                for (const auto& sc : a.ssm_cp) {
                   CaseSpec cs;
                   cs.sharder = find_control(sh) ? sh : make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
@@ -521,10 +531,18 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.mask = MaskSpec::parse(mk);
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
+                  cs.ssm_cp = *parse_ssm_cp_strategy(sc);
+                  if (cs.ssm_cp != SsmCpStrategy::hidden_parallel && !s.model.has_ssm())
+                    c.fail(where + ".ssm_cp", sc + " needs a model with Mamba layers (model.mixers with M)");
                   if (!seen.insert(cs.name() + "/" + ex).second) continue;
-                  // Refused before any rank starts: hidden-parallel CP cannot split these SSM sizes.
+                  // Refused before any rank starts: hidden-parallel CP cannot split these SSM sizes;
+                  // state passing cannot run on a layout whose ranks do not own contiguous chunks.
                   if (s.model.has_ssm()) {
-                    const std::string why = s.model.ssm.cp_unsupported_reason(cp);
+                    const Control* control = find_control(cs.sharder);
+                    const std::string why =
+                        cs.ssm_cp == SsmCpStrategy::state_passing
+                            ? state_passing_unsupported_reason(*make_layout(control ? control->layout() : cs.sharder), cp)
+                            : s.model.ssm.cp_unsupported_reason(cp);
                     if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
                   }
                   cs.index = static_cast<int64_t>(s.cases.size());

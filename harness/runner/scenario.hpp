@@ -38,9 +38,12 @@ struct CaseSpec {
   MaskSpec mask;
   at::ScalarType dtype = at::kDouble;
   Expect expect = Expect::match;
+  // How the Mamba layers run under CP (the `ssm_cp` axis; models with Mamba layers only).
+  SsmCpStrategy ssm_cp = SsmCpStrategy::hidden_parallel;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
-  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1; hybrid: "hybrid-u2" for ulysses 2)
+  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + "/state_passing" for that ssm_cp;
+  // hybrid: "hybrid-u2" for ulysses 2)
   [[nodiscard]] std::string name() const;
 };
 
@@ -58,7 +61,7 @@ struct ScenarioSpec {
 };
 
 // `overrides`: "key=[v1,v2]" or "key=v" replacing a sweep axis (sharder, transport, ulysses, cp, dp,
-// mask, dtype, expect) in every sweep block. Throws UsageError.
+// mask, dtype, expect, ssm_cp) in every sweep block. Throws UsageError.
 [[nodiscard]] ScenarioSpec load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
 [[nodiscard]] ScenarioSpec parse_scenario(const std::string& yaml_text, const std::string& file_label,
                                           const std::vector<std::string>& overrides = {});

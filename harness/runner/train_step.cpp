@@ -1,11 +1,13 @@
 #include "harness/runner/train_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "harness/model/mamba.hpp"
 #include "harness/model/section_clock.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
+#include "sharders/core/check.hpp"
 #include "sharders/core/nvtx.hpp"
 
 namespace cpbench {
@@ -103,9 +105,11 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
     // resets, once per step.
     if (x.s.model.has_ssm()) {
-      const bool undo_chunk_order = !(x.control && x.control->ssm_scans_rank_order());
-      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm.conv, c.dtype, x.device, x.nvtx,
-                                 undo_chunk_order));
+      SsmCpOptions o;
+      o.strategy = c.ssm_cp;
+      o.undo_chunk_order = !(x.control && x.control->ssm_scans_rank_order());
+      o.drop_incoming_state = x.control && x.control->ssm_drops_incoming_state() && x.cp_rank == c.cp - 1;
+      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm, c.dtype, x.device, x.nvtx, o));
       ssm->bytes_sent = &t.ssm_bytes;
       ssm->clock = &ssm_clock;
     }
@@ -139,6 +143,13 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   }
   x.sync();
   t.forward = mark("forward", t0);
+  if (ssm) {
+    // What the Mamba layers sent is what ssm_cp_costs says one layer sends, times the layers.
+    const auto layers = static_cast<int64_t>(std::count(x.s.model.mixers.begin(), x.s.model.mixers.end(), 'M'));
+    const int64_t expected = layers * ssm_cp_bytes(ssm->strategy, ssm->shape).total();
+    CP_CHECK(t.ssm_bytes == expected, "mamba ", to_string(ssm->strategy), ": the ", layers, " SSM layers sent ",
+             t.ssm_bytes, " bytes from rank ", x.cp_rank, ", ssm_cp_costs says ", expected, " (", c.name(), ")");
+  }
 
   t0 = clock_type::now();
   {

@@ -2,7 +2,8 @@
 // Negative controls: cases that are wrong on purpose, so the reference check is seen to fail when it
 // should (scenarios run them with `expect: mismatch`). A control is named on the scenario's `sharder`
 // axis, shards with an ordinary layout, and plants its fault by decorating what the case runs with:
-// the CP transport (wrap), or the SSM layers' token order (ssm_scans_rank_order). The runner asks the
+// the CP transport (wrap), the SSM layers' token order (ssm_scans_rank_order) or their incoming state
+// (ssm_drops_incoming_state). The runner asks the
 // control and never switches over control names.
 //
 // Adding a control: one file here defining `std::unique_ptr<Control> make_<name>_control()`, and one
@@ -24,6 +25,13 @@ struct ControlSite {
   at::ScalarType dtype = at::kDouble;
 };
 
+// The case a control is asked to show its fault in.
+struct ControlCase {
+  int64_t cp = 1;
+  bool has_ssm = false;            // the model has Mamba layers
+  bool ssm_state_passing = false;  // they run state-passing CP (else hidden-parallel)
+};
+
 class Control {
  public:
   virtual ~Control() = default;
@@ -37,11 +45,13 @@ class Control {
     return inner;
   }
   // True: the Mamba layers scan the all-to-all's rank order as if it were the sequence (the layout's
-  // chunk order is neither undone before the scan nor redone after).
+  // chunk order is neither undone before the scan nor redone after). Hidden-parallel SSM CP only.
   [[nodiscard]] virtual bool ssm_scans_rank_order() const { return false; }
-  // Why the fault cannot show in a case of `cp` ranks on a model with (has_ssm) or without Mamba
-  // layers ("" when it can): such a case is skipped rather than failed.
-  [[nodiscard]] virtual std::string cannot_show(int64_t /*cp*/, bool /*has_ssm*/) const { return ""; }
+  // True: the last CP rank's Mamba layers ignore the state arriving at their chunks (each chunk scanned
+  // from zero as if it started the sequence). State-passing SSM CP only.
+  [[nodiscard]] virtual bool ssm_drops_incoming_state() const { return false; }
+  // Why the fault cannot show in `where` ("" when it can): such a case is skipped rather than failed.
+  [[nodiscard]] virtual std::string cannot_show(const ControlCase& /*where*/) const { return ""; }
 };
 
 // A transport that forwards everything to `inner`; controls override what they break.

@@ -32,8 +32,8 @@ class LocalOnly final : public Control {
                                                       const ControlSite&) const override {
     return std::make_shared<LocalOnlyTransport>(std::move(inner));
   }
-  [[nodiscard]] std::string cannot_show(int64_t cp, bool) const override {
-    return cp == 1 ? "a local-only negative control cannot differ from the reference at cp=1" : "";
+  [[nodiscard]] std::string cannot_show(const ControlCase& where) const override {
+    return where.cp == 1 ? "a local-only negative control cannot differ from the reference at cp=1" : "";
   }
 };
 

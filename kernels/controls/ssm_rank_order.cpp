@@ -13,9 +13,11 @@ class SsmRankOrder final : public Control {
     return "load_balanced, SSM layers scan in rank order (chunk order not undone)";
   }
   [[nodiscard]] bool ssm_scans_rank_order() const override { return true; }
-  [[nodiscard]] std::string cannot_show(int64_t cp, bool has_ssm) const override {
-    if (!has_ssm) return "the ssm_rank_order negative control needs a model with Mamba layers (model.mixers)";
-    if (cp == 1) return "the ssm_rank_order negative control cannot differ from the reference at cp=1";
+  [[nodiscard]] std::string cannot_show(const ControlCase& where) const override {
+    if (!where.has_ssm) return "the ssm_rank_order negative control needs a model with Mamba layers (model.mixers)";
+    if (where.cp == 1) return "the ssm_rank_order negative control cannot differ from the reference at cp=1";
+    if (where.ssm_state_passing)
+      return "the ssm_rank_order negative control breaks hidden-parallel SSM CP (ssm_cp: hidden_parallel)";
     return "";
   }
 };

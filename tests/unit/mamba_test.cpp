@@ -65,7 +65,7 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).a
 at::Tensor ssm_layer(const at::Tensor& proj, const SsmParams& p, const SsmConfig& c, const TokenMeta& meta,
                      bool document_mask) {
   const SsmStepContext ctx = single_rank_ssm_context(
-      meta, document_mask ? MaskSpec::parse("document") : MaskSpec::parse("causal"), c.conv, at::kDouble, at::kCPU);
+      meta, document_mask ? MaskSpec::parse("document") : MaskSpec::parse("causal"), c, at::kDouble, at::kCPU);
   return mamba_ssm_forward(proj, p, c, ctx);
 }
 
@@ -321,13 +321,16 @@ TEST(SsmLayer, HybridModelGivesEverySsmParameterAGradient) {
   const int64_t S = 24;
   at::Tensor ids = at::randint(1, c.vocab, {2, S}, at::kLong), pos = at::arange(S).unsqueeze(0).repeat({2, 1});
   TokenMeta m{pos, at::zeros({2, S}, at::kLong), at::zeros({2, S}, at::kLong), at::ones({2, S}, at::kBool)};
-  const SsmStepContext ctx = single_rank_ssm_context(m, MaskSpec::parse("causal"), c.ssm.conv, at::kDouble, at::kCPU);
+  const SsmStepContext ctx = single_rank_ssm_context(m, MaskSpec::parse("causal"), c.ssm, at::kDouble, at::kCPU);
   AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return at::scaled_dot_product_attention(q, k.repeat_interleave(q.size(1) / k.size(1), 1),
                                             v.repeat_interleave(q.size(1) / v.size(1), 1), {}, 0.0, true);
   };
+  const int64_t built = ssm_host_tensors_built();
   ModelOutput out = model->forward(ids, std::nullopt, pos, attn, &ctx);
   out.logits.sum().backward();
+  // Issue 19: the layers' index tensors come with the step's context, never from the host per layer.
+  EXPECT_EQ(ssm_host_tensors_built(), built) << "a Mamba layer built a host tensor for the device";
   for (const auto& p : model->named_parameters()) {
     if (p.key().find("layer0_") != 0 && p.key().find("layer2_") != 0) continue;
     ASSERT_TRUE(p.value().grad().defined()) << p.key();

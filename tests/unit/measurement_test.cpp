@@ -164,7 +164,8 @@ TEST(CommBench, BusFactorsAreNcclTestsAndCallsAreGrouped) {
 }
 
 TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
-  EXPECT_EQ(known_controls(), (std::vector<std::string>{"local_only", "perturbed", "grad_dropped", "ssm_rank_order"}));
+  EXPECT_EQ(known_controls(), (std::vector<std::string>{"local_only", "perturbed", "grad_dropped", "ssm_rank_order",
+                                                        "ssm_state_dropped"}));
   EXPECT_EQ(find_control("load_balanced"), nullptr);
   const Control* p = find_control("perturbed");
   ASSERT_NE(p, nullptr);
@@ -173,9 +174,17 @@ TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_NE(p->wrap(inner, {1, 2, at::kFloat}), inner);
   EXPECT_EQ(p->wrap(inner, {1, 2, at::kFloat})->name(), "allgather") << "a decorator keeps the transport's name";
   EXPECT_TRUE(find_control("ssm_rank_order")->ssm_scans_rank_order());
-  EXPECT_FALSE(find_control("ssm_rank_order")->cannot_show(2, false).empty());
-  EXPECT_TRUE(find_control("ssm_rank_order")->cannot_show(2, true).empty());
-  EXPECT_FALSE(find_control("local_only")->cannot_show(1, false).empty());
+  EXPECT_FALSE(find_control("ssm_rank_order")->cannot_show({2, false, false}).empty());
+  EXPECT_TRUE(find_control("ssm_rank_order")->cannot_show({2, true, false}).empty());
+  EXPECT_FALSE(find_control("ssm_rank_order")->cannot_show({2, true, true}).empty());
+  EXPECT_FALSE(find_control("local_only")->cannot_show({1, false, false}).empty());
+  const Control* dropped = find_control("ssm_state_dropped");
+  EXPECT_TRUE(dropped->ssm_drops_incoming_state());
+  EXPECT_FALSE(dropped->ssm_scans_rank_order());
+  EXPECT_TRUE(dropped->cannot_show({2, true, true}).empty());
+  EXPECT_FALSE(dropped->cannot_show({2, true, false}).empty()) << "hidden-parallel has no incoming state to drop";
+  EXPECT_FALSE(dropped->cannot_show({1, true, true}).empty());
+  EXPECT_FALSE(dropped->cannot_show({2, false, true}).empty());
   for (const auto& name : known_controls()) EXPECT_EQ(find_control(name)->layout(), "load_balanced") << name;
 }
 
