@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "harness/fs_util.hpp"
+#include "harness/model/ssm_cp_costs.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
@@ -14,10 +15,13 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   std::string models, clusters;
   for (const auto& m : plan::model_presets()) models += (models.empty() ? "" : ", ") + m.name;
   for (const auto& c : plan::cluster_presets()) clusters += (clusters.empty() ? "" : ", ") + c.name;
-  cmd.add_option("--model", o.model, "model preset: " + models + " (or tiny, small)");
-  cmd.add_option("--layers", o.layers, "transformer layers (overrides the preset)");
+  cmd.add_option("--model", o.model,
+                 "a Hugging Face config.json (llama, mistral, qwen2, qwen3, nemotron_h, jamba, mamba2), or a "
+                 "shipped one by name: " + models + " (or cpbench's tiny, tiny-hybrid, small)");
+  cmd.add_option("--layers", o.layers,
+                 "mixer layers (overrides the model; a hybrid keeps its share of attention layers, spread evenly)");
   cmd.add_option("--hidden", o.hidden, "hidden size");
-  cmd.add_option("--heads", o.heads, "query heads");
+  cmd.add_option("--heads", o.heads, "query heads (a model's query heads per kv head are kept)");
   cmd.add_option("--kv-heads", o.kv_heads, "key/value heads");
   cmd.add_option("--head-dim", o.head_dim, "head dimension (default hidden / heads)");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the sum of --doc-lens)");
@@ -26,7 +30,9 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
                  "document lengths drawn until --seq-len is filled: lognormal:mean=M[,sigma=S][,seed=N] or "
                  "uniform:min=A,max=B[,seed=N]");
   cmd.add_option("--cp", o.cps, "CP sizes W, e.g. 8,16,64")->delimiter(',')->required();
-  cmd.add_option("--mask", o.mask, "causal, full, document or sliding_window:N");
+  cmd.add_option("--mask", o.mask,
+                 "causal, full, document or sliding_window:N (default: the model's sliding window when every "
+                 "attention layer uses one, else causal)");
   cmd.add_option("--dtype", o.dtype, "bf16 (default), fp16, fp32, fp64");
   cmd.add_option("--cluster", o.cluster,
                  "cluster preset: " + clusters + " (default h100-nvlink, or h100-ib400 when a --cp value exceeds 8)");
@@ -42,6 +48,12 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--transports", o.transports,
                  transports + " (default: all; hybrid is planned for every Ulysses degree 1 < U < W dividing W)")
       ->delimiter(',');
+  std::string strategies;
+  for (const auto& t : known_ssm_cp_strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
+  cmd.add_option("--ssm-cp", o.ssm_cp, "SSM CP strategies to plan for models with SSM layers: " + strategies +
+                                           " (default: both)")
+      ->delimiter(',');
+  cmd.add_option("--ssm-flops", o.ssm_flops, "achieved FLOP/s of the chunked SSM scan per GPU, overrides the cluster");
   cmd.add_option("--kernel", o.kernel,
                  "fitted (the cluster's kernel model, block by block; default), pairs (time ~ visible pairs, no "
                  "overheads) or blocks (cpbench's CPU transports)");
@@ -52,23 +64,45 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
 
 plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::Calibration* calibration) {
   plan::PlanRequest r;
-  if (!o.model.empty()) r.model = plan::model_preset(o.model);
-  if (o.layers > 0) r.model.layers = o.layers;
-  if (o.hidden > 0) r.model.hidden = o.hidden;
-  if (o.heads > 0) r.model.heads = o.heads;
-  if (o.kv_heads > 0) r.model.kv_heads = o.kv_heads;
-  if (o.head_dim > 0) r.model.head_dim = o.head_dim;
-  if (r.model.head_dim <= 0 && r.model.hidden > 0 && r.model.heads > 0)
-    r.model.head_dim = r.model.hidden / r.model.heads;
-  if (!o.model.empty() && (o.layers > 0 || o.hidden > 0 || o.heads > 0 || o.kv_heads > 0 || o.head_dim > 0))
-    r.model.name += "+custom";
+  const bool config_path = o.model.find('/') != std::string::npos ||
+                           (o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".json") == 0);
+  if (config_path || find_shipped_model(o.model)) {
+    // A real model's config: the size flags override it keeping its ratios (HfModel's with_overrides).
+    ModelOverrides ov;
+    ov.layers = o.layers;
+    ov.hidden = o.hidden;
+    ov.heads = o.heads;
+    ov.kv_heads = o.kv_heads;
+    ov.head_dim = o.head_dim;
+    r.model = plan::model_shape(with_overrides(model_from_config_or_name(o.model), ov));
+  } else {
+    if (!o.model.empty()) r.model = plan::model_preset(o.model);
+    if (o.layers > 0) {
+      r.model.layers = o.layers;
+      if (!r.model.mixers.empty()) r.model.mixers = resample_mixers(r.model.mixers, o.layers);
+    }
+    if (o.hidden > 0) r.model.hidden = o.hidden;
+    if (o.heads > 0) r.model.heads = o.heads;
+    if (o.kv_heads > 0) r.model.kv_heads = o.kv_heads;
+    if (o.head_dim > 0) r.model.head_dim = o.head_dim;
+    if (r.model.head_dim <= 0 && r.model.hidden > 0 && r.model.heads > 0)
+      r.model.head_dim = r.model.hidden / r.model.heads;
+    if (!o.model.empty() && (o.layers > 0 || o.hidden > 0 || o.heads > 0 || o.kv_heads > 0 || o.head_dim > 0))
+      r.model.name += "+custom";
+  }
 
   CP_CHECK_USAGE(o.doc_lens.empty() || o.doc_dist.empty(), "--doc-lens and --doc-dist: give one of them, not both");
   r.seq_len = o.seq_len;
   CP_CHECK_USAGE(o.seq_len >= 0, "--seq-len: expected a positive number of tokens, got ", o.seq_len);
   r.doc_lens = o.doc_dist.empty() ? o.doc_lens : plan::draw_documents(o.doc_dist, o.seq_len);
   r.cps = o.cps;
-  r.mask = o.mask;
+  // A model whose every attention layer slides is planned with its window unless --mask says otherwise.
+  const plan::ModelShape& m = r.model;
+  r.mask = !o.mask.empty() ? o.mask
+           : m.sliding_window > 0 && m.sliding_layers == m.attention_layers()
+               ? "sliding_window:" + std::to_string(m.sliding_window)
+               : "causal";
+  r.ssm_strategies = o.ssm_cp;
   r.dtype = o.dtype;
   r.kernel = plan::parse_kernel(o.kernel);
   r.pass = plan::parse_pass(o.pass);
@@ -97,7 +131,9 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
   if (o.inter_bandwidth > 0) r.cluster.inter_bandwidth = o.inter_bandwidth;
   if (o.latency >= 0) r.cluster.latency_s = o.latency;
   if (o.gpus_per_node > 0) r.cluster.gpus_per_node = o.gpus_per_node;
-  if (o.flops > 0 || o.bandwidth > 0 || o.inter_bandwidth > 0 || o.latency >= 0 || o.gpus_per_node > 0)
+  if (o.ssm_flops > 0) r.cluster.ssm_flops = o.ssm_flops;
+  if (o.flops > 0 || o.bandwidth > 0 || o.inter_bandwidth > 0 || o.latency >= 0 || o.gpus_per_node > 0 ||
+      o.ssm_flops > 0)
     r.cluster.name += "+custom";
   return r;
 }

@@ -15,19 +15,21 @@ namespace cpbench {
 
 // Flags as given; 0 / empty / negative latency = not given.
 struct PlanCommandOptions {
-  std::string model;                                                      // preset name
+  std::string model;  // a shipped model's name (scenarios/models/<name>.json), tiny/small, or a config.json path
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;  // override the preset
   int64_t seq_len = 0;
   std::vector<int64_t> doc_lens;
   std::string doc_dist;  // e.g. lognormal:mean=4096,sigma=1,seed=1
   std::vector<int64_t> cps;
-  std::string mask = "causal";
+  std::string mask;  // empty: the model's sliding window when every attention layer uses it, else causal
   std::string dtype = "bf16";
   std::string cluster;  // empty: plan::default_cluster(cps)
   double flops = 0, bandwidth = 0, inter_bandwidth = 0, latency = -1;
   int64_t gpus_per_node = 0;
   std::vector<std::string> sharders;    // empty = planner default
   std::vector<std::string> transports;  // empty = every registered transport
+  std::vector<std::string> ssm_cp;      // SSM CP strategies; empty = every one
+  double ssm_flops = 0;                 // overrides the cluster's
   std::string kernel = "fitted";
   std::string pass = "train";  // train (forward + backward) | forward
   std::string format = "table";  // table | json

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "harness/model/ssm_cp_costs.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::plan {
@@ -26,15 +27,17 @@ int64_t layer_activation_bytes(const ModelShape& m, int64_t s, int64_t e) {
 
 int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, int64_t cp, int64_t element_size,
                                    const Transport& transport) {
+  const int64_t layers = m.attention_layers();
+  if (layers == 0) return 0;
   ActivationShape shape;
   shape.cp = cp;
-  shape.layers = m.layers;
+  shape.layers = layers;
   shape.q_heads = m.heads;
   shape.kv_heads = m.kv_heads;
   shape.local_tokens = local_tokens;
   shape.head_dim = m.head_dim;
   shape.element_size = element_size;
-  return m.layers * layer_activation_bytes(m, local_tokens, element_size) + transport.peak_activation_bytes(shape);
+  return layers * layer_activation_bytes(m, local_tokens, element_size) + transport.peak_activation_bytes(shape);
 }
 
 int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, int64_t cp, int64_t element_size,
@@ -61,7 +64,7 @@ StreamCache::Entry StreamCache::make(const GlobalLayout& g, const std::vector<in
 }
 
 LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
-                       const MaskSpec& mask, Kernel kernel, StreamCache& cache) {
+                       const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs) {
   LayoutWork w;
   LayoutRequest req;
   req.cp = W;
@@ -87,6 +90,7 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
     for (int64_t d : docs) g.cu_seqlens.push_back(g.cu_seqlens.back() + d);
   }
   const StreamCache::Entry& e = cache.get(g, docs, mask);
+  if (ssm_runs) w.runs_per_rank = max_runs_per_rank(g);
   w.P = g.padded_seq_len;
   w.s = g.local_len();
   w.pairs = mask_area::rank_areas(g, e.visible);
@@ -134,7 +138,7 @@ RowPassTimes row_pass_times(const PlanRequest& r, int64_t row_pairs, int64_t row
 
 double unsharded_time(const PlanRequest& r, int64_t row_pairs) {
   const RowPassTimes t = row_pass_times(r, row_pairs, r.seq_len);
-  return static_cast<double>(r.model.layers) * (r.pass == Pass::train ? t.fwd + t.bwd : t.fwd);
+  return static_cast<double>(r.model.attention_layers()) * (r.pass == Pass::train ? t.fwd + t.bwd : t.fwd);
 }
 
 PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork& w, const std::string& sharder,
@@ -146,7 +150,7 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.cp = W;
   c.ideal_s = ideal_s;
   const ModelShape& m = r.model;
-  const double L = static_cast<double>(m.layers);
+  const double L = static_cast<double>(m.attention_layers());
   const double unit = attention_flops(1.0, m.heads, m.head_dim, AttentionPass::forward);  // per visible pair
   const double F = r.cluster.attention_flops;
   c.padded_seq_len = w.P;
@@ -232,13 +236,14 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   if (r.kernel == Kernel::fitted) in.contention = r.cluster.kernel.contention;
   const CallTime ct = t->time_per_call(in);
   const bool train = r.pass == Pass::train;
-  c.bytes_per_rank = m.layers * (train ? call_bytes : fwd_bytes);
+  c.bytes_per_rank = m.attention_layers() * (train ? call_bytes : fwd_bytes);
   // Forward only: the forward's bytes and hops (latency counted once per hop).
   c.transfer_s = L * (train ? ct.transfer_s
                             : (W > 1 ? in.fwd_bytes / in.bandwidth + static_cast<double>(W - 1) * in.latency_s : 0.0));
   c.exposed_comm_s = L * (train ? ct.exposed_s : ct.forward_exposed_s);
   c.predicted_step_s = L * (train ? ct.step_s : ct.forward_s);
   c.compute_s = c.predicted_step_s - c.exposed_comm_s;
+  c.attention_step_s = c.predicted_step_s;
   c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
   c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
   c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t);

@@ -29,6 +29,7 @@ struct LayoutWork {
   std::vector<int64_t> pairs, local_pairs, blocks, segments;
   std::vector<int64_t> priced;
   std::vector<std::vector<mask_area::BlockArea>> block_areas;
+  int64_t runs_per_rank = 0;  // most contiguous runs of stream positions on a rank (max_runs_per_rank; with ssm_runs)
 };
 inline constexpr size_t kPricedRanks = 8;
 
@@ -49,7 +50,7 @@ class StreamCache {
 };
 
 // Peak attention-path activation bytes of one rank for one row (batch 1) of `local_tokens` tokens at
-// CP size `cp`, element size `element_size`, all layers: what each layer keeps for the backward plus
+// CP size `cp`, element size `element_size`, all attention layers (ModelShape::attention_layers()): what each layer keeps for the backward plus
 // the transport's own buffers (docs/planner.md, item 9). PlanCase::peak_activation_bytes, and
 // admission control (harness/runner/admission.hpp), so the planner and the refusal to start agree.
 [[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
@@ -59,10 +60,9 @@ class StreamCache {
                                                  int64_t element_size, const std::string& transport);
 
 // The layout at W over a row of seq_len tokens with documents `docs` and its work per rank. A layout
-// that rejects the request throws UsageError.
+// that rejects the request throws UsageError. `ssm_runs`: also count runs_per_rank (state passing's chunks).
 [[nodiscard]] LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
-                                     const MaskSpec& mask, Kernel kernel,
-                                     StreamCache& cache);
+                                     const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs = false);
 
 // The time one device takes for the unsharded row (one call per layer, all layers) under the request's
 // kernel model and pass: what a case's ideal_s divides by W. `row_pairs` = visible pairs of the row,

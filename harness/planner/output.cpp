@@ -13,8 +13,22 @@ nlohmann::json plan_to_json(const Plan& plan) {
   using nlohmann::json;
   const auto& r = plan.request;
   json j;
-  j["model"] = {{"name", r.model.name},   {"layers", r.model.layers},     {"hidden", r.model.hidden},
-                {"heads", r.model.heads}, {"kv_heads", r.model.kv_heads}, {"head_dim", r.model.head_dim}};
+  const ModelShape& m = r.model;
+  j["model"] = {{"name", m.name},
+                {"layers", m.layers},
+                {"attention_layers", m.attention_layers()},
+                {"ssm_layers", m.ssm_layers()},
+                {"hidden", m.hidden},
+                {"heads", m.heads},
+                {"kv_heads", m.kv_heads},
+                {"head_dim", m.head_dim}};
+  if (!m.mixers.empty()) j["model"]["mixers"] = m.mixers;
+  if (m.ssm_layers() > 0)
+    j["model"]["ssm"] = {{"heads", m.ssm.heads}, {"head_dim", m.ssm.head_dim}, {"state", m.ssm.state},
+                         {"groups", m.ssm.groups}, {"conv", m.ssm.conv},       {"chunk", m.ssm_chunk}};
+  if (m.sliding_window > 0)
+    j["model"]["sliding_window"] = {{"tokens", m.sliding_window}, {"layers", m.sliding_layers}};
+  if (!m.source.empty()) j["model"]["source"] = m.source;
   j["workload"] = {{"seq_len", r.seq_len},
                    {"real_tokens", plan.real_tokens},
                    {"documents", r.doc_lens.size()},
@@ -28,7 +42,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                   {"inter_bandwidth", r.cluster.inter_bandwidth},
                   {"latency_s", r.cluster.latency_s},
                   {"gpus_per_node", r.cluster.gpus_per_node},
-                  {"memory_bytes", r.cluster.memory_bytes}};
+                  {"memory_bytes", r.cluster.memory_bytes},
+                  {"ssm_flops", r.cluster.ssm_flops}};
   j["kernel"] = to_string(r.kernel);
   j["pass"] = to_string(r.pass);
   if (r.kernel == Kernel::fitted) {
@@ -59,6 +74,12 @@ nlohmann::json plan_to_json(const Plan& plan) {
     k["fits_memory"] = c.fits_memory;
     k["padded_seq_len"] = c.padded_seq_len;
     k["local_tokens"] = c.local_tokens;
+    k["attention_step_s"] = c.attention_step_s;
+    if (!c.ssm.strategy.empty())
+      k["ssm"] = {{"strategy", c.ssm.strategy},       {"flops_per_rank", c.ssm.flops_per_rank},
+                  {"bytes_per_rank", c.ssm.bytes_per_rank}, {"compute_s", c.ssm.compute_s},
+                  {"comm_s", c.ssm.comm_s},           {"step_s", c.ssm.step_s},
+                  {"activation_bytes", c.ssm.activation_bytes}};
     cases.push_back(k);
   }
   j["cases"] = cases;
@@ -68,12 +89,14 @@ nlohmann::json plan_to_json(const Plan& plan) {
     per_cp.push_back({{"cp", cr.cp},
                       {"sharder", cr.sharder},
                       {"transport", cr.transport},
+                      {"ssm_strategy", cr.ssm_strategy},
                       {"predicted_step_s", cr.predicted_step_s},
                       {"efficiency", cr.efficiency},
                       {"ranking", cr.ranking},
                       {"reason", cr.reason}});
   j["recommendation"] = {{"sharder", rec.sharder},
                          {"transport", rec.transport},
+                         {"ssm_strategy", rec.ssm_strategy},
                          {"cp", rec.cp},
                          {"predicted_step_s", rec.predicted_step_s},
                          {"efficiency", rec.efficiency},
@@ -86,8 +109,22 @@ nlohmann::json plan_to_json(const Plan& plan) {
 std::string plan_to_table(const Plan& plan) {
   const auto& r = plan.request;
   std::ostringstream os;
-  os << "model " << r.model.name << ": " << r.model.layers << " layers, " << r.model.heads << " heads / "
-     << r.model.kv_heads << " kv heads x " << r.model.head_dim << ", hidden " << r.model.hidden << "\n";
+  const ModelShape& m = r.model;
+  const bool ssm = m.ssm_layers() > 0;
+  os << "model " << m.name << ": ";
+  if (ssm)
+    os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.ssm_layers() << " SSM), ";
+  else
+    os << m.layers << " layers, ";
+  if (m.attention_layers() > 0)
+    os << m.heads << " heads / " << m.kv_heads << " kv heads x " << m.head_dim << ", ";
+  os << "hidden " << m.hidden;
+  if (ssm)
+    os << "; SSM " << m.ssm.heads << " heads x " << m.ssm.head_dim << ", state " << m.ssm.state << ", "
+       << m.ssm.groups << " groups, conv " << m.ssm.conv << ", chunk " << m.ssm_chunk;
+  if (m.sliding_window > 0) os << "; sliding window " << m.sliding_window << " on " << m.sliding_layers << " layers";
+  if (!m.source.empty()) os << " (" << m.source << ")";
+  os << "\n";
   os << "workload: " << r.seq_len << " tokens";
   if (!r.doc_lens.empty()) os << " (" << r.doc_lens.size() << " documents, " << plan.real_tokens << " real tokens)";
   os << ", mask " << r.mask << ", " << r.dtype << ", unsharded attention " << fmt(plan.total_attention_flops)
@@ -95,33 +132,42 @@ std::string plan_to_table(const Plan& plan) {
   os << "cluster " << r.cluster.name << ": " << fmt(r.cluster.attention_flops / 1e12) << " TFLOP/s attention, "
      << fmt(r.cluster.intra_bandwidth / 1e9) << " GB/s intra-node, " << fmt(r.cluster.inter_bandwidth / 1e9)
      << " GB/s inter-node, " << fmt_time(r.cluster.latency_s) << " latency, " << r.cluster.gpus_per_node
-     << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass) << "\n";
+     << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass);
+  if (ssm) os << "; SSM scan " << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
+  os << "\n";
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;
     for (const auto& c : plan.cases)
       if (c.cp == W) rows.push_back(&c);
     std::stable_sort(rows.begin(), rows.end(), [](const PlanCase* a, const PlanCase* b) { return a->rank < b->rank; });
     os << "\ncp=" << W << "  (ideal " << fmt_time(rows.empty() ? 0 : rows[0]->ideal_s) << " per step)\n";
-    os << std::left << std::setw(5) << "rank" << std::setw(19) << "sharder" << std::setw(11) << "transport"
-       << std::right << std::setw(10) << "imbalance" << std::setw(12) << "step" << std::setw(12) << "exposed"
-       << std::setw(7) << "eff" << std::setw(13) << "sent/rank" << std::setw(13) << "act.mem" << std::setw(10)
-       << "segments"
+    os << std::left << std::setw(5) << "rank" << std::setw(19) << "sharder" << std::setw(11) << "transport";
+    if (ssm) os << std::setw(17) << "ssm";
+    os << std::right << std::setw(10) << "imbalance" << std::setw(12) << "step" << std::setw(12) << "exposed"
+       << std::setw(7) << "eff" << std::setw(13) << "sent/rank";
+    if (ssm) os << std::setw(12) << "ssm time" << std::setw(12) << "ssm comm" << std::setw(13) << "ssm sent";
+    os << std::setw(13) << "act.mem" << std::setw(10) << "segments"
        << "\n";
     for (const auto* c : rows) {
-      os << std::left << std::setw(5) << c->rank << std::setw(19) << c->sharder << std::setw(11) << c->transport
-         << std::right;
+      os << std::left << std::setw(5) << c->rank << std::setw(19) << c->sharder << std::setw(11) << c->transport;
+      if (ssm) os << std::setw(17) << c->ssm.strategy;
+      os << std::right;
       os << std::setw(10) << fmt_fixed(c->imbalance, 3) << std::setw(12) << fmt_time(c->predicted_step_s)
          << std::setw(12) << fmt_time(c->exposed_comm_s) << std::setw(7) << pct(c->efficiency) << std::setw(13)
-         << fmt_bytes(static_cast<double>(c->bytes_per_rank)) << std::setw(13)
-         << fmt_bytes(static_cast<double>(c->peak_activation_bytes)) << std::setw(10) << c->max_segments
+         << fmt_bytes(static_cast<double>(c->bytes_per_rank));
+      if (ssm)
+        os << std::setw(12) << fmt_time(c->ssm.step_s) << std::setw(12) << fmt_time(c->ssm.comm_s) << std::setw(13)
+           << fmt_bytes(static_cast<double>(c->ssm.bytes_per_rank));
+      os << std::setw(13) << fmt_bytes(static_cast<double>(c->peak_activation_bytes)) << std::setw(10) << c->max_segments
          << (c->fits_memory ? "" : "  (does not fit)") << "\n";
     }
   }
   for (const auto& n : plan.notes) os << "\nnote: " << n;
   if (!plan.notes.empty()) os << "\n";
   const auto& rec = plan.recommendation;
-  os << "\nrecommendation: " << rec.sharder << " + " << rec.transport << " at cp=" << rec.cp << "\n  " << rec.reason
-     << "\n";
+  os << "\nrecommendation: " << rec.sharder << " + " << rec.transport;
+  if (!rec.ssm_strategy.empty()) os << " + SSM " << rec.ssm_strategy;
+  os << " at cp=" << rec.cp << "\n  " << rec.reason << "\n";
   for (const auto& cr : rec.per_cp) os << "  cp=" << cr.cp << ": " << cr.reason << "\n";
   return os.str();
 }

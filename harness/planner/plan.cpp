@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "harness/planner/format.hpp"
+#include "harness/planner/ssm_cost.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/mask_area.hpp"
@@ -19,11 +20,22 @@ struct Resolved {
 
 Resolved validate(PlanRequest& r) {
   const ModelShape& m = r.model;
-  CP_CHECK_USAGE(m.layers >= 1 && m.heads >= 1 && m.kv_heads >= 1 && m.head_dim >= 1 && m.hidden >= 1, "model '",
-                 m.name, "': --layers, --heads, --kv-heads, --head-dim and --hidden must all be >= 1 (got ", m.layers,
-                 ", ", m.heads, ", ", m.kv_heads, ", ", m.head_dim, ", ", m.hidden, "); give --model or all five");
-  CP_CHECK_USAGE(m.heads % m.kv_heads == 0, "model '", m.name, "': --heads ", m.heads,
-                 " is not a multiple of --kv-heads ", m.kv_heads);
+  CP_CHECK_USAGE(m.mixers.empty() || static_cast<int64_t>(m.mixers.size()) == m.layers, "model '", m.name,
+                 "': its mixer pattern has ", m.mixers.size(), " layers, --layers is ", m.layers);
+  if (m.attention_layers() > 0 || m.layers < 1) {
+    CP_CHECK_USAGE(m.layers >= 1 && m.heads >= 1 && m.kv_heads >= 1 && m.head_dim >= 1 && m.hidden >= 1, "model '",
+                   m.name, "': --layers, --heads, --kv-heads, --head-dim and --hidden must all be >= 1 (got ", m.layers,
+                   ", ", m.heads, ", ", m.kv_heads, ", ", m.head_dim, ", ", m.hidden, "); give --model or all five");
+    CP_CHECK_USAGE(m.heads % m.kv_heads == 0, "model '", m.name, "': --heads ", m.heads,
+                   " is not a multiple of --kv-heads ", m.kv_heads);
+  }
+  if (m.ssm_layers() > 0) {
+    CP_CHECK_USAGE(m.hidden >= 1, "model '", m.name, "': --hidden must be >= 1, got ", m.hidden);
+    m.ssm.validate();
+    CP_CHECK_USAGE(m.ssm_chunk >= 1, "model '", m.name, "': the SSM chunk must be >= 1, got ", m.ssm_chunk);
+    CP_CHECK_USAGE(r.cluster.ssm_flops > 0, "cluster '", r.cluster.name, "': --ssm-flops must be > 0, got ",
+                   r.cluster.ssm_flops);
+  }
   int64_t total = 0;
   for (size_t d = 0; d < r.doc_lens.size(); ++d) {
     CP_CHECK_USAGE(r.doc_lens[d] >= 1, "--doc-lens[", d, "]: expected a positive length, got ", r.doc_lens[d]);
@@ -63,7 +75,34 @@ Resolved validate(PlanRequest& r) {
   // so whatever the registry knows can be planned, and nothing else.
   if (r.transports.empty()) r.transports = planned_transports();
   for (const auto& t : r.transports) (void)takes_ulysses(t);  // UsageError listing the known ones
+  r.ssm_strategies = m.ssm_layers() > 0 ? planned_ssm_strategies(r.ssm_strategies) : std::vector<std::string>{};
   return res;
+}
+
+// A case of a model without attention layers: the layout's sizes, no attention work.
+PlanCase ssm_only_case(const LayoutWork& w, const std::string& sharder, int64_t W, double ideal_s) {
+  PlanCase c;
+  c.sharder = sharder;
+  c.transport = "none";
+  c.cp = W;
+  c.padded_seq_len = w.P;
+  c.local_tokens = w.s;
+  c.attention_flops_per_rank.assign(static_cast<size_t>(W), 0.0);
+  c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
+  c.ideal_s = ideal_s;
+  return c;
+}
+
+// `base` (its attention part) with the SSM layers' part added to its step, time and memory.
+PlanCase with_ssm(PlanCase c, const SsmCase& ssm, double memory_bytes) {
+  c.ssm = ssm;
+  c.predicted_step_s = c.attention_step_s + ssm.step_s;
+  c.compute_s += ssm.compute_s;
+  c.exposed_comm_s += ssm.comm_s;
+  c.peak_activation_bytes += ssm.activation_bytes;
+  c.fits_memory = memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= memory_bytes;
+  c.efficiency = c.predicted_step_s > 0 ? c.ideal_s / c.predicted_step_s : 1.0;
+  return c;
 }
 
 }  // namespace
@@ -79,37 +118,71 @@ Plan make_plan(const PlanRequest& request) {
   const Stream row = unpacked_stream(r.seq_len, r.doc_lens, r.seq_len);
   const int64_t row_pairs = mask_area::run_area(row, res.mask, 0, r.seq_len);
   plan.real_tokens = row.valid_tokens();
-  plan.total_attention_flops = static_cast<double>(m.layers) *
+  plan.total_attention_flops = static_cast<double>(m.attention_layers()) *
                                attention_flops(static_cast<double>(row_pairs), m.heads, m.head_dim, AttentionPass::forward);
-  const double total_time = unsharded_time(r, row_pairs);
+  const bool attention = m.attention_layers() > 0;
+  const double total_time = (attention ? unsharded_time(r, row_pairs) : 0.0) + ssm_unsharded_time(r);
+  auto note = [&](const std::string& n) {
+    if (std::find(plan.notes.begin(), plan.notes.end(), n) == plan.notes.end()) plan.notes.push_back(n);
+  };
+  // Without attention layers the transport changes nothing: one case per layout and strategy.
+  const std::vector<std::string> transports = attention ? r.transports : std::vector<std::string>{"none"};
+  if (!attention) note("the model has no attention layer: no attention transport is planned");
 
   for (int64_t W : r.cps) {
     StreamCache cache;
     for (const auto& sharder : r.sharders) {
       const auto layout = make_layout(sharder);
-      const LayoutWork w = layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache);
-      for (const auto& transport : r.transports) {
+      const LayoutWork w =
+          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, m.ssm_layers() > 0);
+      // The SSM strategies that can run this layout at W, each priced once (the same for every transport).
+      std::vector<SsmCase> ssm_cases;
+      for (const auto& strategy : r.ssm_strategies) {
+        const std::string why = ssm_unsupported(strategy, m, *layout, W);
+        if (!why.empty()) {
+          note("not planned at cp=" + std::to_string(W) + " for " + layout->name() + ": " + why);
+          continue;
+        }
+        ssm_cases.push_back(ssm_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank));
+      }
+      if (m.ssm_layers() > 0 && ssm_cases.empty()) continue;
+      for (const auto& transport : transports) {
         // hybrid: every proper Ulysses degree of W (U = W is a2a, U = 1 the ring).
         std::vector<int64_t> degrees{0};
-        if (takes_ulysses(transport)) {
+        if (attention && takes_ulysses(transport)) {
           degrees.clear();
           for (int64_t u = 2; u < W; ++u)
             if (W % u == 0) degrees.push_back(u);
         }
         for (int64_t u : degrees) {
           // The head-parallel transports split the heads: a model whose heads do not split is not planned.
-          const std::string why =
-              make_transport(transport, TransportOptions{u})->unsupported_heads(W, m.heads, m.kv_heads);
-          if (!why.empty()) {
-            const std::string note = "not planned at cp=" + std::to_string(W) + ": " + why;
-            if (std::find(plan.notes.begin(), plan.notes.end(), note) == plan.notes.end()) plan.notes.push_back(note);
-            continue;
+          const double ideal = total_time / static_cast<double>(W);
+          PlanCase base;
+          if (attention) {
+            const std::string why =
+                make_transport(transport, TransportOptions{u})->unsupported_heads(W, m.heads, m.kv_heads);
+            if (!why.empty()) {
+              note("not planned at cp=" + std::to_string(W) + ": " + why);
+              continue;
+            }
+            base = make_case(r, res.element_size, w, sharder, transport, W, ideal, u);
+          } else {
+            base = ssm_only_case(w, sharder, W, ideal);
           }
-          plan.cases.push_back(
-              make_case(r, res.element_size, w, sharder, transport, W, total_time / static_cast<double>(W), u));
+          if (ssm_cases.empty()) plan.cases.push_back(base);
+          for (const auto& sc : ssm_cases) plan.cases.push_back(with_ssm(base, sc, r.cluster.memory_bytes));
         }
       }
     }
+  }
+  if (m.sliding_window > 0) {
+    const std::string window = "sliding_window:" + std::to_string(m.sliding_window);
+    if (m.sliding_layers == m.attention_layers() && r.mask == window)
+      note("mask " + window + ": every attention layer of the model uses its sliding window (" + m.source + ")");
+    else
+      note("the model uses a sliding window of " + std::to_string(m.sliding_window) + " tokens on " +
+           std::to_string(m.sliding_layers) + " of its " + std::to_string(m.attention_layers()) +
+           " attention layers; every attention layer is planned with mask " + r.mask);
   }
   if (res.mask.kind == MaskSpec::Kind::document && r.doc_lens.empty())
     plan.notes.push_back("--mask document without --doc-lens / --doc-dist: the row is one document (plain causal)");

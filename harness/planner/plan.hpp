@@ -28,6 +28,7 @@
 //   plan_types     PlanRequest, PlanCase, Recommendation, Plan
 //   kernel_model   attention time of a rank's blocks (shape, size, launches, merges)
 //   cost_model     per-rank work of a layout, and one case priced by its transport
+//   ssm_cost       the SSM layers' part of a case under each SSM CP strategy (FLOPs, time, bytes, memory)
 //   recommendation ranking at each W and the prose of why
 //   calibration    FLOP/s and bandwidth fitted from a measured report
 //   output         JSON and table
@@ -47,6 +48,7 @@
 #include "harness/planner/plan_types.hpp"
 #include "harness/planner/presets.hpp"
 #include "harness/planner/recommendation.hpp"
+#include "harness/planner/ssm_cost.hpp"
 
 namespace cpbench::plan {
 

@@ -24,38 +24,56 @@ struct PlanRequest {
                                         // degree 1 < U < W that divides W
   Kernel kernel = Kernel::fitted;
   Pass pass = Pass::train;  // what predicted_step_s, ideal_s and efficiency cover
+  // SSM CP strategies to plan for a model with SSM layers (empty = every one, known_ssm_strategies()).
+  std::vector<std::string> ssm_strategies;
+};
+
+// The SSM layers' part of a case: all SSM layers of the model, per rank and step (zero for a model
+// without them). Bytes and memory are the strategy's own formulas (harness/model/ssm_cp_costs.hpp).
+struct SsmCase {
+  std::string strategy;          // hidden_parallel | state_passing; "" when the model has no SSM layer
+  double flops_per_rank = 0;     // forward FLOPs: the chunked scan (ssm_scan_flops) + in/out projections + conv
+  int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, or forward with Pass::forward)
+  double compute_s = 0;          // scan at the cluster's ssm_flops, projections and conv at its attention_flops
+  double comm_s = 0;             // the strategy's collectives (they block the layer: all exposed)
+  double step_s = 0;             // compute_s + comm_s
+  int64_t activation_bytes = 0;  // what the strategy keeps per rank (all SSM layers)
 };
 
 struct PlanCase {
-  std::string sharder, transport;  // transport: the registry name; hybrid: "hybrid-u<ulysses>"
+  std::string sharder, transport;  // transport: the registry name; hybrid: "hybrid-u<ulysses>"; "none"
+                                   // for a model without attention layers
   int64_t ulysses = 0;             // hybrid's Ulysses degree, 0 for the other transports
   int64_t cp = 1;
   int64_t padded_seq_len = 0, local_tokens = 0;
   std::vector<double> attention_flops_per_rank;  // forward, all layers, per step (what the runner reports)
   double imbalance = 1;                          // max / mean of attention_flops_per_rank
   double compute_imbalance = 1;  // max / mean of the time-relevant work (differs from imbalance for blocks)
-  int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, all layers)
-  double compute_s = 0;          // slowest rank's attention compute per step (fwd + bwd, or fwd with Pass::forward)
-  double transfer_s = 0;         // time the bytes take on the link, overlapped or not
-  double exposed_comm_s = 0;     // communication not hidden behind compute
+  int64_t bytes_per_rank = 0;    // attention: sent per rank per step (forward + backward, all attention layers)
+  double compute_s = 0;          // slowest rank's compute per step (attention + SSM; fwd + bwd, or fwd with Pass::forward)
+  double transfer_s = 0;         // time the attention bytes take on the link, overlapped or not
+  double exposed_comm_s = 0;     // communication not hidden behind compute (attention + SSM)
+  double attention_step_s = 0;   // the attention layers' part of predicted_step_s
   int64_t max_segments = 0;      // most contiguous one-document segments on a rank (fragmentation)
   int64_t peak_activation_bytes = 0;
   bool fits_memory = true;
-  double predicted_step_s = 0;  // attention part of a training step (fwd + bwd, all layers; fwd with Pass::forward)
+  double predicted_step_s = 0;  // the mixers' part of a training step: attention + SSM layers (fwd + bwd; fwd
+                                // with Pass::forward)
   double ideal_s = 0;           // one device's time for the unsharded row (same kernel model) / W
   double efficiency = 0;        // ideal_s / predicted_step_s
   int rank = 0;                 // 1 = best at its cp
+  SsmCase ssm;                  // the SSM layers' part (strategy "" without SSM layers)
 };
 
 struct CpRecommendation {
   int64_t cp = 1;
-  std::string sharder, transport, reason;
+  std::string sharder, transport, ssm_strategy, reason;  // ssm_strategy "" without SSM layers
   double predicted_step_s = 0, efficiency = 0;
-  std::vector<std::string> ranking;  // "sharder/transport", best first
+  std::vector<std::string> ranking;  // "sharder/transport" (+ "/ssm_strategy" with SSM layers), best first
 };
 
 struct Recommendation {
-  std::string sharder, transport, reason;
+  std::string sharder, transport, ssm_strategy, reason;
   int64_t cp = 0;
   double predicted_step_s = 0, efficiency = 0;
   std::vector<CpRecommendation> per_cp;

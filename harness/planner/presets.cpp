@@ -1,18 +1,45 @@
 #include "harness/planner/presets.hpp"
 
+#include <algorithm>
+
 #include "harness/model/model.hpp"
 #include "harness/planner/format.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::plan {
 
+int64_t ModelShape::attention_layers() const {
+  return mixers.empty() ? layers : static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A'));
+}
+int64_t ModelShape::ssm_layers() const {
+  return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M'));
+}
+
+ModelShape model_shape(const HfModel& h) {
+  ModelShape m;
+  m.name = h.name;
+  m.layers = static_cast<int64_t>(h.mixers.size());
+  m.hidden = h.hidden;
+  m.heads = h.heads;
+  m.kv_heads = h.kv_heads;
+  m.head_dim = h.head_dim;
+  if (h.ssm_layers() > 0) {
+    m.mixers = h.mixers;
+    m.ssm = h.ssm;
+    if (h.ssm_chunk > 0) m.ssm_chunk = h.ssm_chunk;
+  }
+  m.sliding_window = h.sliding_window;
+  m.sliding_layers = h.sliding_layers();
+  m.source = h.file;
+  return m;
+}
+
 const std::vector<ModelShape>& model_presets() {
-  static const std::vector<ModelShape> all = {
-      {"llama3-8b", 32, 4096, 32, 8, 128},
-      {"llama3-70b", 80, 8192, 64, 8, 128},
-      {"qwen2.5-7b", 28, 3584, 28, 4, 128},
-      {"mistral-7b", 32, 4096, 32, 8, 128},
-  };
+  static const std::vector<ModelShape> all = [] {
+    std::vector<ModelShape> v;
+    for (const auto& s : shipped_models()) v.push_back(model_shape(parse_hf_config(s.text, s.path, s.name)));
+    return v;
+  }();
   return all;
 }
 
@@ -53,20 +80,20 @@ const std::vector<Cluster>& cluster_presets() {
   static const std::vector<Cluster> all = {
       {"h100-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 80e9,
        "H100 SXM 80 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
-       fitted_kernel(3.0e12, carried)},
+       fitted_kernel(3.0e12, carried), 150e12},
       {"h200-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 141e9,
        "H200 SXM 141 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
-       fitted_kernel(4.3e12, carried)},
+       fitted_kernel(4.3e12, carried), 150e12},
       {"h100-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 80e9,
        "H100 SXM 80 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
-       fitted_kernel(3.0e12, carried)},
+       fitted_kernel(3.0e12, carried), 150e12},
       {"h200-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 141e9,
        "H200 SXM 141 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
-       fitted_kernel(4.3e12, carried)},
+       fitted_kernel(4.3e12, carried), 150e12},
       {"h800-nvlink", 338.3e12, 200e9, 200e9, 5e-6, 8, 80e9,
        "H800 SXM 80 GB, 8 on NVLink at 200 GB/s per direction, FlashAttention-2 kernels (ring-flash-attention's "
        "benchmark machine)",
-       fitted_kernel(3.0e12, "fitted on ring-flash-attention's 8 x H800 fwd + bwd table")},
+       fitted_kernel(3.0e12, "fitted on ring-flash-attention's 8 x H800 fwd + bwd table"), 338.3e12 / 4},
   };
   return all;
 }
@@ -81,15 +108,26 @@ std::string default_cluster(const std::vector<int64_t>& cps) {
 ModelShape model_preset(const std::string& name) {
   for (const auto& m : model_presets())
     if (m.name == name) return m;
-  if (name == "tiny" || name == "small") {
+  if (name == "tiny" || name == "tiny-hybrid" || name == "small") {
     const ModelConfig c = ModelConfig::preset_named(name);
-    return {name, c.layers, c.hidden, c.heads, c.kv_heads, c.hidden / c.heads};
+    ModelShape m;
+    m.name = name;
+    m.layers = c.layers;
+    m.hidden = c.hidden;
+    m.heads = c.heads;
+    m.kv_heads = c.kv_heads;
+    m.head_dim = c.head_dim();
+    if (c.has_ssm()) {
+      m.mixers = c.mixers;
+      m.ssm = c.ssm;
+    }
+    return m;
   }
   std::vector<std::string> known;
   for (const auto& m : model_presets()) known.push_back(m.name);
-  known.push_back("tiny");
-  known.push_back("small");
-  throw UsageError(detail::concat("--model: unknown model preset '", name, "' (known: ", join(known), ")"));
+  for (const char* t : {"tiny", "tiny-hybrid", "small"}) known.emplace_back(t);
+  throw UsageError(detail::concat("--model: unknown model preset '", name, "' (known: ", join(known),
+                                  "; or a path to a Hugging Face config.json)"));
 }
 
 Cluster cluster_preset(const std::string& name) {

@@ -5,15 +5,29 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/hf_config.hpp"
+#include "harness/model/mamba.hpp"
 #include "harness/planner/kernel_model.hpp"
 
 namespace cpbench::plan {
 
-// Attention dimensions of a model.
+// The sizes of a model the planner prices: its mixer layers (attention and SSM), the attention
+// dimensions and the SSM layers' sizes. `layers` counts every mixer layer; `mixers` says which is
+// which ('A' attention, 'M' SSM; empty = every layer attention).
 struct ModelShape {
   std::string name = "custom";
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::string mixers;
+  SsmConfig ssm;                    // the 'M' layers' sizes
+  int64_t ssm_chunk = kSsmChunk;    // chunk length Q of the chunked scan (the file's chunk_size when given)
+  int64_t sliding_window = 0;       // tokens; 0 = none (from the config)
+  int64_t sliding_layers = 0;       // attention layers that use it
+  std::string source;               // the config file it was read from ("" for flags)
+  [[nodiscard]] int64_t attention_layers() const;
+  [[nodiscard]] int64_t ssm_layers() const;
 };
+// The planner's view of a model read from its config.json.
+[[nodiscard]] ModelShape model_shape(const HfModel& model);
 
 // One GPU type and its links. attention_flops is the forward attention FLOP/s of the kernel: the peak
 // rate of dense blocks under the fitted kernel model (`kernel`), the achieved rate under `--kernel
@@ -28,11 +42,17 @@ struct Cluster {
   double memory_bytes = 0;  // device memory (0 = unknown, not checked)
   std::string description;
   KernelModel kernel;  // constants of the fitted kernel model (docs/planner.md, "The kernel model")
+  // Achieved FLOP/s of the chunked SSD scan (ssm_scan_flops' count): a prior, a quarter of the attention
+  // rate (the scan's inter-chunk passes are memory-bound; docs/planner.md, "SSM layers").
+  double ssm_flops = 0;
 };
 
+// The shipped model configs (scenarios/models/*.json, compiled in), by file stem: llama3-8b,
+// nemotron-h-8b, ...
 [[nodiscard]] const std::vector<ModelShape>& model_presets();
 [[nodiscard]] const std::vector<Cluster>& cluster_presets();
-// Also accepts cpbench's own test models ("tiny", "small"). Unknown names: UsageError listing them.
+// Also accepts cpbench's own test models ("tiny", "tiny-hybrid", "small"). Unknown names: UsageError
+// listing them.
 [[nodiscard]] ModelShape model_preset(const std::string& name);
 [[nodiscard]] Cluster cluster_preset(const std::string& name);
 // The preset `cpbench plan` uses without --cluster: the all-NVLink H100 preset while every W fits in

@@ -13,7 +13,10 @@ namespace cpbench::plan {
 
 namespace {
 
-std::string label(const PlanCase& c) { return c.sharder + "/" + c.transport; }
+// "sharder/transport", and "/ssm_strategy" for a model with SSM layers: what a recommendation names.
+std::string label(const PlanCase& c) {
+  return c.sharder + "/" + c.transport + (c.ssm.strategy.empty() ? "" : "/" + c.ssm.strategy);
+}
 
 // Why `b` ranks above `u`: which part of the step makes the difference.
 std::string versus(const PlanCase& b, const PlanCase& u) {
@@ -32,6 +35,11 @@ std::string versus(const PlanCase& b, const PlanCase& u) {
     return s + "; the simpler layout is preferred";
   }
   s += "is " + pct(gap) + " slower: ";
+  if (u.ssm.strategy != b.ssm.strategy && u.sharder == b.sharder && u.transport == b.transport)
+    return s + "its SSM layers (" + u.ssm.strategy + ") take " + fmt_time(u.ssm.step_s) + " vs " +
+           fmt_time(b.ssm.step_s) + " (" + fmt_time(u.ssm.comm_s) + " vs " + fmt_time(b.ssm.comm_s) +
+           " of communication, " + fmt_bytes(static_cast<double>(u.ssm.bytes_per_rank)) + " vs " +
+           fmt_bytes(static_cast<double>(b.ssm.bytes_per_rank)) + " sent per rank)";
   const double d_compute = u.compute_s - b.compute_s, d_exposed = u.exposed_comm_s - b.exposed_comm_s;
   if (d_compute >= d_exposed)
     return s + "its slowest rank computes " + fmt_time(u.compute_s) + " vs " + fmt_time(b.compute_s) + " (imbalance " +
@@ -48,7 +56,8 @@ void rank_and_recommend(Plan& plan) {
   auto order_of = [&](const PlanCase& c) {
     const auto it = std::find(req.sharders.begin(), req.sharders.end(), c.sharder);
     const auto jt = std::find(req.transports.begin(), req.transports.end(), c.transport);
-    return std::pair(it - req.sharders.begin(), jt - req.transports.begin());
+    const auto kt = std::find(req.ssm_strategies.begin(), req.ssm_strategies.end(), c.ssm.strategy);
+    return std::tuple(it - req.sharders.begin(), jt - req.transports.begin(), kt - req.ssm_strategies.begin());
   };
   std::map<std::string, std::vector<double>> rel;  // label -> step / best step, per cp
   for (int64_t W : req.cps) {
@@ -80,14 +89,27 @@ void rank_and_recommend(Plan& plan) {
     const PlanCase& b = *ok[0];
     cr.sharder = b.sharder;
     cr.transport = b.transport;
+    cr.ssm_strategy = b.ssm.strategy;
     cr.predicted_step_s = b.predicted_step_s;
     cr.efficiency = b.efficiency;
     cr.reason = label(b) + " at cp=" + std::to_string(W) + ": " + fmt_time(b.predicted_step_s) +
-                " of attention per step, " + pct(b.efficiency) + " parallel efficiency; imbalance " +
-                fmt_fixed(b.imbalance, 3) + " (max/mean attention FLOPs), " + fmt_time(b.exposed_comm_s) +
-                " of communication exposed (" + fmt_bytes(static_cast<double>(b.bytes_per_rank)) + " sent per rank)";
+                (b.ssm.strategy.empty() ? " of attention per step, "
+                                        : " of attention and SSM layers per step (SSM " + fmt_time(b.ssm.step_s) +
+                                              ", " + b.ssm.strategy + ": " + fmt_time(b.ssm.comm_s) +
+                                              " of communication, " +
+                                              fmt_bytes(static_cast<double>(b.ssm.bytes_per_rank)) +
+                                              " sent per rank), ") +
+                pct(b.efficiency) + " parallel efficiency; imbalance " + fmt_fixed(b.imbalance, 3) +
+                " (max/mean attention FLOPs), " + fmt_time(b.exposed_comm_s) + " of communication exposed (" +
+                fmt_bytes(static_cast<double>(b.bytes_per_rank)) + " of attention sent per rank)";
     if (!b.fits_memory) cr.reason += "; WARNING: no case fits in device memory";
     if (ok.size() > 1) cr.reason += "; " + versus(b, *ok[1]);
+    // The same layout and transport under the other SSM strategy, when it is not the runner-up.
+    for (size_t i = 2; i < ok.size(); ++i)
+      if (ok[i]->ssm.strategy != b.ssm.strategy && ok[i]->sharder == b.sharder && ok[i]->transport == b.transport) {
+        cr.reason += "; " + versus(b, *ok[i]);
+        break;
+      }
     // The best case of a different layout, when the runner-up only differs in transport.
     for (size_t i = 1; i < ok.size(); ++i)
       if (ok[i]->sharder != b.sharder) {
@@ -123,6 +145,10 @@ void rank_and_recommend(Plan& plan) {
   const auto slash = best_label.find('/');
   rec.sharder = best_label.substr(0, slash);
   rec.transport = best_label.substr(slash + 1);
+  if (const auto second = rec.transport.find('/'); second != std::string::npos) {
+    rec.ssm_strategy = rec.transport.substr(second + 1);
+    rec.transport = rec.transport.substr(0, second);
+  }
   // The CP size: the largest W at which this pair keeps >= 80% parallel efficiency, else its most
   // efficient W.
   const PlanCase* chosen = nullptr;
@@ -139,13 +165,14 @@ void rank_and_recommend(Plan& plan) {
   rec.efficiency = chosen->efficiency;
   std::vector<std::string> wins, behind;
   for (const auto& cr : rec.per_cp) {
-    if (cr.sharder == rec.sharder && cr.transport == rec.transport) {
+    if (cr.sharder == rec.sharder && cr.transport == rec.transport && cr.ssm_strategy == rec.ssm_strategy) {
       wins.push_back(std::to_string(cr.cp));
     } else {
       for (const auto& c : plan.cases)
         if (c.cp == cr.cp && label(c) == best_label)
           behind.push_back("cp=" + std::to_string(cr.cp) + " " + pct(c.predicted_step_s / cr.predicted_step_s - 1) +
-                           " behind " + cr.sharder + "/" + cr.transport);
+                           " behind " + cr.sharder + "/" + cr.transport +
+                           (cr.ssm_strategy.empty() ? "" : "/" + cr.ssm_strategy));
     }
   }
   rec.reason =
@@ -155,7 +182,9 @@ void rank_and_recommend(Plan& plan) {
       (kept ? " is the largest CP size that keeps >= 80% parallel efficiency (" + pct(rec.efficiency) + ")"
             : " is its most efficient CP size (" + pct(rec.efficiency) + "; none reaches 80%)");
   for (const auto& cr : rec.per_cp)
-    if (cr.cp == rec.cp && cr.sharder == rec.sharder && cr.transport == rec.transport) rec.reason += ". " + cr.reason;
+    if (cr.cp == rec.cp && cr.sharder == rec.sharder && cr.transport == rec.transport &&
+        cr.ssm_strategy == rec.ssm_strategy)
+      rec.reason += ". " + cr.reason;
 }
 
 }  // namespace cpbench::plan

@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "harness/model/ssm_cp_costs.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/transports/transport.hpp"
@@ -44,6 +45,9 @@ std::string key_value(const ScenarioSpec& s, const std::string& key) {
   return "?";
 }
 
+// The SSM CP strategy a case runs its Mamba layers with.
+SsmCpStrategy case_ssm_strategy(const CaseSpec& c) { return c.ssm_cp; }
+
 // The int64 formulas of the planner and the transports are only asked about sizes whose cruder terms
 // already fit in memory, so their products cannot overflow.
 constexpr double kSafeForIntegerFormulas = 1e15;
@@ -69,6 +73,9 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   const auto& md = s.model;
   const double B = static_cast<double>(s.batch.batch_size), S = static_cast<double>(s.batch.seq_len);
   const double L = static_cast<double>(md.layers), H = static_cast<double>(md.hidden);
+  // Attention terms count the attention layers only; the Mamba layers have their own terms below.
+  const double La = static_cast<double>(
+      md.mixers.empty() ? md.layers : std::count(md.mixers.begin(), md.mixers.end(), 'A'));
   const double Hq = static_cast<double>(md.heads), Hkv = static_cast<double>(md.kv_heads);
   const double D = static_cast<double>(md.head_dim()), F = static_cast<double>(md.ffn);
   const double V = static_cast<double>(md.vocab), W = static_cast<double>(c.cp);
@@ -81,7 +88,7 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   const double rs = S / 128, rb = B, rl = L / 2, rh = H / 64, rf = F / 128, rv = V / 256, rq = Hq / 4;
   add("embedding and LM head (2 V H)", driver({{"model.vocab", rv}, {"model.hidden", rh}}), 3 * 2 * V * H * e);
   add("attention weights", driver({{"model.hidden", rh}, {"model.layers", rl}}),
-      3 * (L * (2 * H + 2 * Hq * D * H + 2 * H * Hkv * D) + H) * e);
+      3 * (L * 2 * H + La * (2 * Hq * D * H + 2 * H * Hkv * D) + H) * e);
   add("MLP weights", driver({{"model.ffn", rf}, {"model.hidden", rh}, {"model.layers", rl}}), 3 * L * 3 * H * F * e);
   add("batch data", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}}),
       2 * B * S * (33 + (s.batch.mrope ? 16 : 0) + (s.batch.primary == "inputs_embeds" ? H * e : 0)));
@@ -91,7 +98,7 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   auto add_reference = [&](const std::string& label, double re) {
     add(label + "reference attention (S x S)",
         driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
-        L * B * S * S * (1 + 2 * Hq * re) + B * Hq * S * S * re);
+        La * B * S * S * (1 + 2 * Hq * re) + (La > 0 ? B * Hq * S * S * re : 0.0));
     add(label + "reference activations",
         driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
         L * B * S * (4 * H + 3 * F) * re);
@@ -103,23 +110,24 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
     if (judged_by_precision(c.dtype)) {
       constexpr double e64 = 8;
       add("float64 reference model (weights, gradients)", driver({{"model.vocab", rv}, {"model.hidden", rh}, {"model.layers", rl}}),
-          2 * (2 * V * H + L * (2 * H + 2 * Hq * D * H + 2 * H * Hkv * D + 3 * H * F) + H) * e64);
+          2 * (2 * V * H + L * (2 * H + 3 * H * F) + La * (2 * Hq * D * H + 2 * H * Hkv * D) + H) * e64);
       add_reference("float64 ", e64);
     }
   }
   const std::string tokens = driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}});
-  add("block scores", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
-      3 * B * Hq * sl * sl * ge);
+  if (La > 0)
+    add("block scores", driver({{"batch.seq_len", rs * rs}, {"batch.batch_size", rb}, {"model.heads", rq}}),
+        3 * B * Hq * sl * sl * ge);
   add("layer activations", driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ffn", rf}, {"model.hidden", rh}}),
       L * B * sl * (3 * F + 4 * H) * e);
   add("logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}),
       3 * B * sl * V * e + 2 * B * S * V * e);
   if (md.has_ssm()) {
-    // Mamba layers (harness/model/mamba.cpp), on top of the attention terms above, which count every
-    // layer as attention (an overestimate for hybrids): weights, and the chunked scan's [B, tokens, Q,
-    // heads] intra-chunk tensors (decay, C.B, their product and the masks, ~6 kept for the backward).
-    // Either SSM CP strategy scans S x H/W token-heads per rank (hidden-parallel: the whole stream for
-    // H/W heads; state passing: S/W tokens for every head); the reference rank scans S x H.
+    // Mamba layers (harness/model/mamba.cpp): weights; what every SSM layer keeps for the backward under
+    // the case's SSM CP strategy (the planner's ssm_activation_bytes: proj, conv output, y, one state per
+    // chunk, and the strategy's own buffers from harness/model/ssm_cp_costs.hpp), and on CPU the chunked
+    // scan's intra-chunk tensors [tokens, Q, heads] (~4 kept: decays, C.B, their product, the mask) over
+    // this rank's token-heads (P/W x H either way); the reference rank the same for one rank over S.
     const auto& sm = md.ssm;
     double Lm = 0;
     for (char ch : md.mixers) Lm += ch == 'M' ? 1 : 0;
@@ -129,16 +137,41 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
             (static_cast<double>(sm.in_proj_width()) * H + static_cast<double>(sm.conv_channels() * (sm.conv + 1)) +
              3 * Hs + H * static_cast<double>(sm.d_inner()) + H) *
             e);
-    const double Pw = sl * W, Q = std::min(static_cast<double>(kSsmChunk), Pw);
-    add("SSM scan (tokens x chunk per head)",
+    const double Q = static_cast<double>(std::min<int64_t>(kSsmChunk, s.batch.seq_len));
+    const double scan_rank = Lm * B * (sl * W) / W * Hs * Q * 4 * ge;
+    add("SSM scan (chunked, Q per token and head)",
         driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ssm.heads", rsh}}),
-        Lm * B * Pw * Q * (Hs / W) * 6 * ge + (reference_rank ? Lm * B * S * Q * Hs * 6 * e : 0.0));
+        scan_rank + (reference_rank ? Lm * B * S * Hs * Q * 4 * ge : 0.0));
+    const double P = sl * W;
+    const double layer_guess = Lm * B * P * (static_cast<double>(sm.in_proj_width() + sm.conv_channels()) +
+                                             static_cast<double>(sm.heads * sm.head_dim * sm.state)) * ge;
+    const SsmCpStrategy strategy = case_ssm_strategy(c);
+    const bool splits = strategy != SsmCpStrategy::hidden_parallel || sm.cp_unsupported_reason(c.cp).empty();
+    if (layer_guess < kSafeForIntegerFormulas && splits) {
+      plan::ModelShape shape;
+      shape.layers = md.layers;
+      shape.hidden = md.hidden;
+      shape.mixers = md.mixers;
+      shape.ssm = sm;
+      const auto e_i = static_cast<int64_t>(e);
+      // State passing exchanges one summary per chunk a rank owns: at most 2 per document (thd) or row.
+      const auto chunks = static_cast<int64_t>(2 * (docs + 1));
+      const auto P_i = static_cast<int64_t>(P);
+      add("SSM layers (" + std::string(to_string(strategy)) + ")", tokens,
+          B * static_cast<double>(plan::ssm_activation_bytes(shape, strategy, 1, P_i, c.cp, e_i, chunks)) +
+              (reference_rank
+                   ? B * static_cast<double>(plan::ssm_activation_bytes(shape, strategy, 1, s.batch.seq_len, 1, e_i, 1))
+                   : 0.0));
+    } else {
+      add("SSM layers", tokens, layer_guess);
+    }
   }
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).
   const double attention_guess = L * sl * (4 * H + 4 * Hkv * D + 4 * Hq) * e + W * 4 * Hkv * sl * D * ge;
   if (m.total < kSafeForIntegerFormulas && attention_guess * B < kSafeForIntegerFormulas) {
     plan::ModelShape shape;
     shape.layers = md.layers;
+    shape.mixers = md.mixers;  // the attention activations count the attention layers only
     shape.hidden = md.hidden;
     shape.heads = md.heads;
     shape.kv_heads = md.kv_heads;

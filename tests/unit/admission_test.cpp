@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/fs_util.hpp"
+#include "harness/planner/plan.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/sweep.hpp"
 #include "sharders/core/check.hpp"
@@ -75,6 +76,41 @@ TEST(Admission, EstimateFollowsTheCase) {
   // device: cuda counts only the host runtime.
   ScenarioSpec g = parse_scenario("name: g\ndevice: cuda\nbatch: {seq_len: 100000}\nsweep: {cp: 2}\n", "g.yaml");
   EXPECT_DOUBLE_EQ(estimate_rank_memory(g, g.cases[0], rt, true).total, rt);
+}
+
+// A hybrid model's attention terms count its attention layers only; its Mamba layers have their own:
+// the chunked scan (no S x S term) and the strategy's memory from the planner (ssm_activation_bytes).
+TEST(Admission, HybridModelsCountAttentionAndSsmLayersApart) {
+  const std::string hybrid = "{preset: tiny-hybrid, ssm: {heads: 4, head_dim: 16, state: 8, groups: 2}}";
+  const std::string attention_only = "{preset: tiny, layers: 3}";
+  ScenarioSpec h = scenario("{seq_len: 4096}", "{sharder: load_balanced, transport: ring, cp: [2]}", hybrid);
+  ScenarioSpec a = scenario("{seq_len: 4096}", "{sharder: load_balanced, transport: ring, cp: [2]}", attention_only);
+  const double rt = kRankRuntimeFloorBytes;
+  const RankMemory hm = estimate_rank_memory(h, h.cases[0], rt, true);
+  const RankMemory am = estimate_rank_memory(a, a.cases[0], rt, true);
+  auto term = [](const RankMemory& m, const std::string& prefix) {
+    for (const auto& t : m.terms)
+      if (t.what.rfind(prefix, 0) == 0) return t.bytes;
+    return -1.0;
+  };
+  // MAM: one attention layer of three, so a third of the S x S reference's per-layer terms.
+  const double S = 4096, per_layer = S * S * (1 + 2 * 4 * 8.0), once = 4 * S * S * 8.0;
+  EXPECT_NEAR(term(hm, "reference attention"), per_layer + once, 1.0);
+  EXPECT_NEAR(term(am, "reference attention"), 3 * per_layer + once, 1.0);
+  // The chunked scan's memory grows with S, not S^2: 4 tensors of [tokens, Q = 64, heads] per SSM layer,
+  // over this rank's s = (4096 + 2W x 2) / W = 2052 tokens (the pad bound) and the reference's 4096.
+  const double scan = term(hm, "SSM scan (chunked");
+  EXPECT_NEAR(scan, 2 * (2052.0 * 4 * 64 * 4 * 8 + 4096.0 * 4 * 64 * 4 * 8), 1.0);
+  plan::ModelShape shape;
+  shape.layers = 3;
+  shape.hidden = h.model.hidden;
+  shape.mixers = "MAM";
+  shape.ssm = h.model.ssm;
+  const double layers = term(hm, "SSM layers (hidden_parallel)");
+  EXPECT_NEAR(layers,
+              static_cast<double>(plan::ssm_activation_bytes(shape, SsmCpStrategy::hidden_parallel, 1, 4104, 2, 8, 4) +
+                                  plan::ssm_activation_bytes(shape, SsmCpStrategy::hidden_parallel, 1, 4096, 1, 8, 1)),
+              1.0);
 }
 
 // A bfloat16 / float16 case's reference rank also runs the float64 reference the precision rule

@@ -1,0 +1,345 @@
+#include "harness/model/hf_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+int64_t HfModel::attention_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A')); }
+int64_t HfModel::ssm_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M')); }
+int64_t HfModel::sliding_layers() const { return static_cast<int64_t>(std::count(sliding.begin(), sliding.end(), true)); }
+
+const std::vector<std::string>& known_model_types() {
+  static const std::vector<std::string> all = {"llama", "mistral", "qwen2", "qwen3", "nemotron_h", "jamba", "mamba2"};
+  return all;
+}
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Field access with one-line errors "FILE: FIELD: what".
+struct Fields {
+  const nlohmann::json& j;
+  std::string file, model_type;
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw UsageError(file + ": " + field + ": " + what);
+  }
+  [[nodiscard]] bool has(const std::string& field) const { return j.contains(field) && !j[field].is_null(); }
+  [[nodiscard]] std::string shown(const std::string& field) const {
+    const std::string s = j[field].dump();
+    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  }
+  // A required integer >= min_value.
+  [[nodiscard]] int64_t integer(const std::string& field, int64_t min_value = 1) const {
+    if (!has(field)) fail(field, "missing (model_type " + model_type + " needs it)");
+    return integer_of(field, min_value);
+  }
+  [[nodiscard]] int64_t integer_or(const std::string& field, int64_t fallback, int64_t min_value = 1) const {
+    return has(field) ? integer_of(field, min_value) : fallback;
+  }
+  [[nodiscard]] int64_t integer_of(const std::string& field, int64_t min_value) const {
+    const auto& v = j[field];
+    if (!v.is_number_integer() || v.get<int64_t>() < min_value)
+      fail(field, "expected an integer >= " + std::to_string(min_value) + ", got " + shown(field));
+    return v.get<int64_t>();
+  }
+  [[nodiscard]] double number_or(const std::string& field, double fallback) const {
+    if (!has(field)) return fallback;
+    const auto& v = j[field];
+    if (!v.is_number() || !(v.get<double>() > 0)) fail(field, "expected a positive number, got " + shown(field));
+    return v.get<double>();
+  }
+  [[nodiscard]] bool boolean_or(const std::string& field, bool fallback) const {
+    if (!has(field)) return fallback;
+    if (!j[field].is_boolean()) fail(field, "expected true or false, got " + shown(field));
+    return j[field].get<bool>();
+  }
+  [[nodiscard]] std::string text(const std::string& field) const {
+    if (!has(field)) fail(field, "missing (model_type " + model_type + " needs it)");
+    if (!j[field].is_string()) fail(field, "expected a string, got " + shown(field));
+    return j[field].get<std::string>();
+  }
+};
+
+// Attention heads and head_dim, as transformers reads them.
+void read_attention(const Fields& f, HfModel& m) {
+  m.heads = f.integer("num_attention_heads");
+  m.kv_heads = f.integer_or("num_key_value_heads", m.heads);
+  if (m.heads % m.kv_heads != 0)
+    f.fail("num_key_value_heads", std::to_string(m.kv_heads) + " does not divide num_attention_heads " +
+                                      std::to_string(m.heads));
+  const char* dim_field = f.has("head_dim") ? "head_dim" : "attention_head_dim";
+  if (f.has(dim_field)) {
+    m.head_dim = f.integer(dim_field);
+  } else {
+    if (m.hidden % m.heads != 0)
+      f.fail("head_dim", "missing, and hidden_size " + std::to_string(m.hidden) +
+                             " is not a multiple of num_attention_heads " + std::to_string(m.heads));
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.rope_theta = f.number_or("rope_theta", 10000);
+}
+
+// Which attention layers use the sliding window (mixer layers all 'A' here).
+void read_sliding(const Fields& f, HfModel& m) {
+  const int64_t L = static_cast<int64_t>(m.mixers.size());
+  m.sliding.assign(static_cast<size_t>(L), false);
+  if (m.model_type == "llama") return;
+  m.sliding_window = f.has("sliding_window") ? f.integer("sliding_window") : 0;
+  if (f.has("layer_types")) {
+    const auto& t = f.j["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != L)
+      f.fail("layer_types", "expected a list of " + std::to_string(L) + " entries (num_hidden_layers), got " +
+                                f.shown("layer_types"));
+    for (int64_t i = 0; i < L; ++i) {
+      const auto& e = t[static_cast<size_t>(i)];
+      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
+        f.fail("layer_types[" + std::to_string(i) + "]",
+               "expected \"sliding_attention\" or \"full_attention\", got " + e.dump());
+      m.sliding[static_cast<size_t>(i)] = e == "sliding_attention";
+    }
+    if (m.sliding_layers() > 0 && m.sliding_window == 0)
+      f.fail("sliding_window", "missing, but layer_types has sliding_attention layers");
+  } else if (m.sliding_window > 0) {
+    int64_t first = 0;  // mistral: every layer
+    if (m.model_type == "qwen2" || m.model_type == "qwen3") {
+      // transformers: sliding only with use_sliding_window, on layers >= max_window_layers.
+      if (!f.boolean_or("use_sliding_window", false)) first = L;
+      else first = f.integer_or("max_window_layers", 0, 0);
+    }
+    for (int64_t i = first; i < L; ++i) m.sliding[static_cast<size_t>(i)] = true;
+  }
+  if (m.sliding_layers() == 0) m.sliding_window = 0;
+}
+
+HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name) {
+  if (!j.is_object()) throw UsageError(file + ": expected a JSON object (a Hugging Face config.json)");
+  HfModel m;
+  m.name = name;
+  m.file = file;
+  Fields f{j, file, "?"};
+  if (!f.has("model_type"))
+    f.fail("model_type", "missing (cpbench reads the config.json of these model_types: " +
+                             join_names(known_model_types()) + ")");
+  if (!j["model_type"].is_string()) f.fail("model_type", "expected a string, got " + f.shown("model_type"));
+  m.model_type = j["model_type"].get<std::string>();
+  f.model_type = m.model_type;
+  const auto& known = known_model_types();
+  if (std::find(known.begin(), known.end(), m.model_type) == known.end())
+    f.fail("model_type", "'" + m.model_type + "' is not a model_type cpbench reads (known: " + join_names(known) + ")");
+  m.hidden = f.integer("hidden_size");
+  m.vocab = f.integer("vocab_size");
+  m.blocks = f.integer("num_hidden_layers");
+
+  const std::string& t = m.model_type;
+  if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3") {
+    read_attention(f, m);
+    m.mixers.assign(static_cast<size_t>(m.blocks), 'A');
+    m.ffn = f.integer("intermediate_size");
+    m.mlp_layers = m.blocks;
+    read_sliding(f, m);
+    return m;
+  }
+  if (t == "nemotron_h") {
+    const std::string pattern = f.text("hybrid_override_pattern");
+    if (static_cast<int64_t>(pattern.size()) != m.blocks)
+      f.fail("hybrid_override_pattern", "has " + std::to_string(pattern.size()) + " entries, num_hidden_layers is " +
+                                            std::to_string(m.blocks) + " (one entry per block)");
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      const char c = pattern[i];
+      if (c == 'M') m.mixers += 'M';
+      else if (c == '*') m.mixers += 'A';
+      else if (c == '-' || c == 'E') {
+        ++m.mlp_layers;
+        if (c == 'E') ++m.moe_layers;
+      } else {
+        f.fail("hybrid_override_pattern", std::string("entry ") + std::to_string(i) + " is '" + c +
+                                              "'; expected M (Mamba-2), * (attention), - (MLP) or E (MoE MLP)");
+      }
+    }
+    if (m.attention_layers() > 0) read_attention(f, m);
+    if (m.mlp_layers > 0) m.ffn = f.integer("intermediate_size");
+    if (m.moe_layers > 0) {
+      m.experts = f.integer("n_routed_experts");
+      m.experts_per_token = f.integer("num_experts_per_tok");
+      if (f.has("moe_intermediate_size")) m.ffn = f.integer("moe_intermediate_size");
+    }
+    m.sliding.assign(m.mixers.size(), false);
+    if (m.ssm_layers() > 0) {
+      m.ssm_kind = "mamba2";
+      m.ssm.heads = f.integer("mamba_num_heads");
+      m.ssm.head_dim = f.integer("mamba_head_dim");
+      m.ssm.state = f.integer("ssm_state_size");
+      m.ssm.groups = f.integer("n_groups");
+      m.ssm.conv = f.integer("conv_kernel");
+      m.ssm_chunk = f.integer_or("chunk_size", 0);
+    }
+  } else if (t == "jamba") {
+    const int64_t period = f.integer("attn_layer_period"), offset = f.integer("attn_layer_offset", 0);
+    if (offset >= period)
+      f.fail("attn_layer_offset", std::to_string(offset) + " is not below attn_layer_period " + std::to_string(period));
+    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += i % period == offset ? 'A' : 'M';
+    if (m.attention_layers() > 0) read_attention(f, m);
+    m.ffn = f.integer("intermediate_size");
+    m.mlp_layers = m.blocks;
+    m.experts = f.integer_or("num_experts", 1);
+    if (m.experts > 1) {
+      m.experts_per_token = f.integer("num_experts_per_tok");
+      const int64_t ep = f.integer("expert_layer_period"), eo = f.integer("expert_layer_offset", 0);
+      for (int64_t i = 0; i < m.blocks; ++i) m.moe_layers += i % ep == eo ? 1 : 0;
+    } else {
+      m.experts = 0;
+    }
+    m.sliding.assign(m.mixers.size(), false);
+    if (m.ssm_layers() > 0) {
+      // Mamba-1: every inner channel is its own head of dimension 1; B and C are shared by all channels.
+      m.ssm_kind = "mamba1";
+      m.ssm.heads = f.integer("mamba_expand") * m.hidden;
+      m.ssm.head_dim = 1;
+      m.ssm.state = f.integer("mamba_d_state");
+      m.ssm.groups = 1;
+      m.ssm.conv = f.integer("mamba_d_conv");
+    }
+  } else {  // mamba2
+    m.mixers.assign(static_cast<size_t>(m.blocks), 'M');
+    m.sliding.assign(m.mixers.size(), false);
+    m.ssm_kind = "mamba2";
+    m.ssm.heads = f.integer("num_heads");
+    m.ssm.head_dim = f.integer("head_dim");
+    m.ssm.state = f.integer("state_size");
+    m.ssm.groups = f.integer("n_groups");
+    m.ssm.conv = f.integer("conv_kernel");
+    m.ssm_chunk = f.integer_or("chunk_size", 0);
+  }
+  if (m.ssm_layers() > 0 && m.ssm.heads % m.ssm.groups != 0)
+    f.fail("n_groups", std::to_string(m.ssm.groups) + " does not divide the " + std::to_string(m.ssm.heads) +
+                           " SSM heads");
+  return m;
+}
+
+}  // namespace
+
+HfModel parse_hf_config(const std::string& text, const std::string& file, const std::string& name) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    std::string what = e.what();
+    const auto at = what.find("parse error");
+    throw UsageError(file + ": not valid JSON: " + (at == std::string::npos ? what : what.substr(at)));
+  }
+  return parse_json(j, file, name);
+}
+
+HfModel read_hf_config(const std::string& path) {
+  std::ifstream in(path);
+  CP_CHECK_USAGE(in.good(), path, ": cannot read the model config (expected a Hugging Face config.json)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::filesystem::path p(path);
+  std::string name = p.stem().string();
+  if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
+  return parse_hf_config(ss.str(), path, name);
+}
+
+std::vector<std::string> shipped_model_names() {
+  std::vector<std::string> v;
+  for (const auto& m : shipped_models()) v.emplace_back(m.name);
+  return v;
+}
+
+const ShippedModel* find_shipped_model(const std::string& name) {
+  for (const auto& m : shipped_models())
+    if (name == m.name) return &m;
+  return nullptr;
+}
+
+HfModel shipped_model(const std::string& name) {
+  const ShippedModel* m = find_shipped_model(name);
+  CP_CHECK_USAGE(m != nullptr, "unknown model '", name, "' (shipped: ", join_names(shipped_model_names()),
+                 "; or a path to a config.json)");
+  return parse_hf_config(m->text, m->path, m->name);
+}
+
+HfModel model_from_config_or_name(const std::string& s) {
+  const bool path = s.find('/') != std::string::npos ||
+                    (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
+  return path ? read_hf_config(s) : shipped_model(s);
+}
+
+bool ModelOverrides::any() const {
+  return layers > 0 || hidden > 0 || heads > 0 || kv_heads > 0 || head_dim > 0 || vocab > 0 || ffn > 0 ||
+         !mixers.empty() || ssm_heads > 0 || ssm_head_dim > 0 || ssm_state > 0 || ssm_groups > 0 || ssm_conv > 0;
+}
+
+HfModel with_overrides(const HfModel& m, const ModelOverrides& o) {
+  HfModel r = m;
+  if (!o.any()) return r;
+  r.name = m.name + "+custom";
+  const auto L = static_cast<int64_t>(m.mixers.size());
+  if (!o.mixers.empty() || o.layers > 0) {
+    r.mixers = !o.mixers.empty() ? o.mixers : resample_mixers(m.mixers, o.layers);
+    const auto n = static_cast<int64_t>(r.mixers.size());
+    r.sliding.assign(static_cast<size_t>(n), false);
+    for (int64_t i = 0; i < n && L > 0; ++i)
+      r.sliding[static_cast<size_t>(i)] =
+          r.mixers[static_cast<size_t>(i)] == 'A' && m.sliding[static_cast<size_t>((2 * i + 1) * L / (2 * n))];
+    if (r.sliding_layers() == 0) r.sliding_window = 0;
+    const auto scale = [&](int64_t k) {
+      return L > 0 ? static_cast<int64_t>(std::llround(static_cast<double>(k) * static_cast<double>(n) / static_cast<double>(L)))
+                   : k;
+    };
+    r.mlp_layers = m.model_type == "nemotron_h" ? scale(m.mlp_layers) : (m.mlp_layers > 0 ? n : 0);
+    r.moe_layers = scale(m.moe_layers);
+    r.blocks = m.model_type == "nemotron_h" ? n + r.mlp_layers : n;
+  }
+  if (o.hidden > 0) r.hidden = o.hidden;
+  if (o.heads > 0) {
+    r.heads = o.heads;
+    r.kv_heads = m.heads > 0 && m.kv_heads > 0 ? std::max<int64_t>(1, o.heads / (m.heads / m.kv_heads)) : o.heads;
+  }
+  if (o.kv_heads > 0) r.kv_heads = o.kv_heads;
+  if (o.head_dim > 0) r.head_dim = o.head_dim;
+  else if ((o.hidden > 0 || o.heads > 0) && r.heads > 0) r.head_dim = r.hidden / r.heads;
+  if (o.vocab > 0) r.vocab = o.vocab;
+  if (o.ffn > 0) r.ffn = o.ffn;
+  if (o.ssm_heads > 0) {
+    r.ssm.heads = o.ssm_heads;
+    r.ssm.groups = std::max<int64_t>(1, o.ssm_heads / std::max<int64_t>(1, m.ssm.heads / std::max<int64_t>(1, m.ssm.groups)));
+  }
+  if (o.ssm_groups > 0) r.ssm.groups = o.ssm_groups;
+  if (o.ssm_head_dim > 0) r.ssm.head_dim = o.ssm_head_dim;
+  if (o.ssm_state > 0) r.ssm.state = o.ssm_state;
+  if (o.ssm_conv > 0) r.ssm.conv = o.ssm_conv;
+  return r;
+}
+
+std::string resample_mixers(const std::string& mixers, int64_t n) {
+  const auto L = static_cast<int64_t>(mixers.size());
+  if (n == L || L == 0) return n == L ? mixers : std::string(static_cast<size_t>(std::max<int64_t>(n, 0)), 'A');
+  const auto A = static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A'));
+  int64_t a = static_cast<int64_t>(std::llround(static_cast<double>(n) * static_cast<double>(A) / static_cast<double>(L)));
+  if (A > 0 && n >= 1) a = std::max<int64_t>(a, 1);
+  if (A < L && n >= 2) a = std::min<int64_t>(a, n - 1);
+  a = std::min(a, n);
+  std::string out(static_cast<size_t>(n), A < L ? 'M' : 'A');
+  for (int64_t k = 0; k < a; ++k)
+    out[static_cast<size_t>((2 * k + 1) * n / (2 * a))] = 'A';
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,114 @@
+#pragma once
+// A model described by its Hugging Face `config.json`, parsed once into a typed struct (HfModel):
+// the fields of the families users run long-context training on. Nothing downstream reads JSON.
+//
+//   llama, mistral, qwen2, qwen3   hidden_size, num_hidden_layers, num_attention_heads,
+//                                  num_key_value_heads (default: the query heads, as transformers),
+//                                  head_dim (default hidden_size / num_attention_heads),
+//                                  intermediate_size, vocab_size, rope_theta (default 10000);
+//                                  sliding_window and which layers use it: `layer_types`
+//                                  ("sliding_attention") when given; else mistral: every layer when
+//                                  sliding_window is set; qwen2 / qwen3: layers >= max_window_layers
+//                                  when use_sliding_window is true; llama: none
+//   nemotron_h                     hybrid_override_pattern (one entry per block: M Mamba-2, * attention,
+//                                  - MLP, E MoE MLP; its length is num_hidden_layers), mamba_num_heads,
+//                                  mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size
+//                                  (optional), attention as above (head_dim or attention_head_dim)
+//   jamba                          attn_layer_period / attn_layer_offset (layer i is attention iff
+//                                  i % period == offset, else Mamba), mamba_d_state, mamba_d_conv,
+//                                  mamba_expand, num_experts / num_experts_per_tok /
+//                                  expert_layer_period / expert_layer_offset (optional; MoE MLPs).
+//                                  Jamba's layers are Mamba-1: one channel per head (heads = expand x
+//                                  hidden, head_dim 1), one B/C group; their A is per channel and
+//                                  state where Mamba-2's is one scalar per head, which changes no size
+//   mamba2                         hidden_size, num_hidden_layers, num_heads, head_dim, state_size,
+//                                  n_groups, conv_kernel, vocab_size, chunk_size (optional); no MLP
+//
+// Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
+// unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.
+// The shipped configs (scenarios/models/*.json, the published dimensions of real models, no weights)
+// are compiled into the binary and reachable by name (shipped_model).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/model/mamba.hpp"
+
+namespace cpbench {
+
+struct HfModel {
+  std::string name;        // the preset name or the file's stem ("nemotron-h-8b")
+  std::string file;        // the file as given, for messages ("" when built in code)
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | nemotron_h | jamba | mamba2
+  int64_t hidden = 0, vocab = 0;
+  int64_t blocks = 0;      // num_hidden_layers as the file counts them (Nemotron-H: every M, *, -, E entry)
+  std::string mixers;      // one letter per mixer layer in order: 'A' attention, 'M' SSM (ModelConfig::mixers)
+  int64_t mlp_layers = 0;  // MLP blocks (one per layer, Nemotron-H: its - and E entries, Mamba-2: none)
+  int64_t moe_layers = 0;  // of which mixture-of-experts
+  int64_t ffn = 0;         // intermediate_size of one (expert) MLP; 0 when the model has none
+  int64_t experts = 0, experts_per_token = 0;  // MoE layers only
+  // Attention (0 when the model has no attention layer).
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double rope_theta = 10000;
+  int64_t sliding_window = 0;  // tokens; 0 = none
+  std::vector<bool> sliding;   // per mixer layer: an attention layer that uses sliding_window
+  // SSM layers ('M'); ssm_chunk = the file's chunk_size (0 = not given).
+  SsmConfig ssm;
+  int64_t ssm_chunk = 0;
+  std::string ssm_kind;  // "mamba2" | "mamba1" (Jamba) | "" (no SSM layer)
+
+  [[nodiscard]] int64_t attention_layers() const;
+  [[nodiscard]] int64_t ssm_layers() const;
+  [[nodiscard]] int64_t sliding_layers() const;
+};
+
+// The model_types read (in this order in messages).
+[[nodiscard]] const std::vector<std::string>& known_model_types();
+
+// `text`: the config.json's contents; `file`: how messages name it; `name`: the model's name.
+[[nodiscard]] HfModel parse_hf_config(const std::string& text, const std::string& file, const std::string& name);
+// Reads and parses `path` (UsageError when it cannot be read). The name is the file's stem, or the
+// parent folder's name when the file is called config.json (a checkout of the model's repository).
+[[nodiscard]] HfModel read_hf_config(const std::string& path);
+
+// A config shipped in scenarios/models/ and compiled in (the generated shipped_models.cpp).
+struct ShippedModel {
+  const char* name;  // file stem: the preset name
+  const char* path;  // "scenarios/models/<name>.json"
+  const char* text;  // the file's contents
+};
+[[nodiscard]] const std::vector<ShippedModel>& shipped_models();
+[[nodiscard]] std::vector<std::string> shipped_model_names();
+// nullptr when `name` is no shipped model.
+[[nodiscard]] const ShippedModel* find_shipped_model(const std::string& name);
+// The shipped model `name`, parsed; UsageError listing the names when there is none.
+[[nodiscard]] HfModel shipped_model(const std::string& name);
+// A path (ends in .json or holds a '/') is read as a file, anything else is a shipped model's name.
+[[nodiscard]] HfModel model_from_config_or_name(const std::string& path_or_name);
+
+// Explicit sizes that replace the file's (0 / empty = keep the file's): a scenario's model keys or the
+// planner's flags. `key` names them in messages ("model." or "--").
+struct ModelOverrides {
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ffn = 0;
+  std::string mixers;
+  int64_t ssm_heads = 0, ssm_head_dim = 0, ssm_state = 0, ssm_groups = 0, ssm_conv = 0;
+  [[nodiscard]] bool any() const;
+};
+// `m` shrunk or grown by `o`, keeping what o does not name in proportion (so a CPU run keeps a real
+// model's head ratios and layer pattern):
+//   layers without mixers   mixers = resample_mixers(m.mixers, layers) (sliding flags follow the
+//                           layer each new one samples); MLP blocks scale with the mixer layers
+//   heads without kv_heads  kv_heads = max(1, heads / (m.heads / m.kv_heads)): query heads per kv head kept
+//   hidden or heads         head_dim = hidden / heads unless head_dim is given
+//   ssm_heads w/o groups    groups = max(1, ssm_heads / (m.ssm.heads / m.ssm.groups))
+// The result is not validated here (ModelConfig::validate and the planner's checks name the key).
+[[nodiscard]] HfModel with_overrides(const HfModel& m, const ModelOverrides& o);
+
+// `mixers` resampled to `n` layers keeping its proportion of attention layers and spreading them
+// evenly: round(n * A / L) attention layers (at least one when `mixers` has any and n >= 1, and at
+// most n - 1 when it also has SSM layers and n >= 2), the k-th at position floor((k + 0.5) n / a).
+// Nemotron-H-8B's 28 mixers (4 attention) at n = 4 -> "MMAM"; Jamba's 32 (period 8, offset 4) at
+// n = 8 -> "MMMMAMMM". Identity when n == mixers.size().
+[[nodiscard]] std::string resample_mixers(const std::string& mixers, int64_t n);
+
+}  // namespace cpbench
