@@ -666,17 +666,25 @@ struct Tapped {
 
 // The LSE each rank's forward held, reassembled to [B, Hq, P] in global order. Sequence-parallel
 // transports hold [B, Hq, S] of their own tokens; head-parallel ones (Ulysses degree U) [B, Hq/U, U*S]:
-// rank (g, u) has heads [u*Hq/U, (u+1)*Hq/U) of its group g's tokens, in rank order (head_parallel.hpp).
+// rank (g, u) has heads [u*Hq/U, (u+1)*Hq/U) of its group g's tokens, in the group's global order
+// (head_parallel.hpp: the gathered tokens sorted by their global index, so the diagonal is one causal
+// block). `inverse`: global position p -> its position in the ranks' concatenated token lists.
 at::Tensor global_lse(const comm::Communicator& c, const at::Tensor& local, int64_t ulysses, int64_t q_heads,
                       const at::Tensor& inverse) {
   const int W = c.size();
   const at::Tensor parts = all_gather_autograd(c, local.to(at::kDouble).unsqueeze(0).contiguous(), 0);  // [W, ...]
   if (ulysses <= 1) return at::cat(parts.unbind(0), 2).index_select(2, inverse);
   const int64_t U = ulysses, B = local.size(0), GS = local.size(2), S = GS / U, hs = q_heads / U;
+  // Concatenated position -> global index, so each group's sorted order can be put back in rank order.
+  const at::Tensor global_of =
+      at::empty_like(inverse).index_put_({inverse}, at::arange(inverse.size(0), inverse.options()));
   at::Tensor full = at::empty({B, q_heads, W * S}, parts.options());
   for (int j = 0; j < W; ++j) {
     const int64_t g = j / U, u = j % U;
-    full.narrow(1, u * hs, hs).narrow(2, g * GS, GS).copy_(parts[j]);
+    // order[k]: the rank-order slot of the group's token with the k-th smallest global index.
+    const at::Tensor order = std::get<1>(global_of.narrow(0, g * GS, GS).sort());
+    const at::Tensor rank_order = at::empty_like(parts[j]).index_copy_(2, order, parts[j]);
+    full.narrow(1, u * hs, hs).narrow(2, g * GS, GS).copy_(rank_order);
   }
   return full.index_select(2, inverse);
 }

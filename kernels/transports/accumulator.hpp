@@ -23,8 +23,8 @@ void check_accumulator(const at::Tensor& state, at::ScalarType input, const char
 // Test hook (tests/transport_rank_main.cpp, mode "agree"): while a ScopedLseTap lives on this thread,
 // every ring and all-gather forward appends its merged log-sum-exp, [B, H', S'] in the compute dtype,
 // where the forward holds it: the all-gather and ring transports [B, Hq, S] of this rank's tokens; a2a
-// and hybrid [B, Hq/U, U*S] of this rank's head slice over its Ulysses group's tokens in rank order
-// (head_parallel.hpp). Taps do not nest; without one, recording costs nothing.
+// and hybrid [B, Hq/U, U*S] of this rank's head slice over its Ulysses group's tokens in the group's
+// global order (head_parallel.hpp). Taps do not nest; without one, recording costs nothing.
 class ScopedLseTap {
  public:
   ScopedLseTap();
