@@ -106,6 +106,13 @@ TEST(Compare, TooFewSamplesOrNoisyOrInsignificantIsInconclusiveNeverARegression)
   quiet_but_wide.measurement.verdict_reason = "the median's noise 6.8% stayed above max_noise 3%";
   const Comparison wide_run = compare_reports(base, report({quiet_but_wide}));
   EXPECT_EQ(wide_run.exit_status(), 1) << comparison_table(wide_run);
+  // The same on the base side: a wide but quiet baseline, a clean 30% slower new run.
+  RunResult wide_base_run = result("a", samples(0.1, 0.02, 20, 9));
+  wide_base_run.measurement.verdict = "noisy";
+  wide_base_run.measurement.verdict_reason = "the median's noise 6.8% stayed above max_noise 3%";
+  const Comparison wide_base_cmp =
+      compare_reports(report({wide_base_run}), report({result("a", samples(0.13, 0.02, 20, 10))}));
+  EXPECT_EQ(wide_base_cmp.exit_status(), 1) << comparison_table(wide_base_cmp);
   // Overlapping wide distributions, a 10% drop of the median: not significant at 5 samples.
   const Report wide_base = report({result("a", {0.08, 0.09, 0.1, 0.11, 0.12})});
   const Report wide_new = report({result("a", {0.085, 0.1, 0.11, 0.115, 0.125})});
