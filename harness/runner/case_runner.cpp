@@ -105,7 +105,11 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   if (x.shared_gpu) res.axes["shared_gpu"] = "true";
 
   References ref;
-  if (x.cp_rank == 0) ref = run_references(x);
+  if (x.cp_rank == 0) {
+    // The group's other ranks only wait for this rank's reference: it may use their cores meanwhile.
+    const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
+    ref = run_references(x);
+  }
   if (x.cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(x.device.index());
 
   // The first step and the one after the timed steps are checked: state that leaks across steps (a
@@ -154,7 +158,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   res.errors = worse_of(first, check_outputs(x, last, ref, "last"));
 
   // The step's collectives alone, nccl-tests style, then the ceilings the rates are checked against.
-  if (c.cp > 1) {
+  if (c.cp > 1 && s.measure.collectives) {
     res.collectives = distinct_collectives(*call_log, 4);
     measure_collectives(x.comm, x.comm.device().value_or(at::Device(at::kCPU)), res.collectives);
   }

@@ -4,6 +4,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -21,6 +23,16 @@ int64_t usable_cores() {
 }
 
 int64_t threads_per_rank(int64_t local_ranks) { return std::max<int64_t>(1, usable_cores() / std::max<int64_t>(1, local_ranks)); }
+
+int64_t reference_threads(int64_t local_ranks, int64_t cp) {
+  const int64_t waiting = std::clamp<int64_t>(cp, 1, std::max<int64_t>(1, local_ranks));
+  return std::min<int64_t>(std::max<int64_t>(1, usable_cores()), threads_per_rank(local_ranks) * waiting);
+}
+
+ScopedIntraOpThreads::ScopedIntraOpThreads(int64_t threads) : previous_(at::get_num_threads()) {
+  at::set_num_threads(static_cast<int>(std::max<int64_t>(1, threads)));
+}
+ScopedIntraOpThreads::~ScopedIntraOpThreads() { at::set_num_threads(previous_); }
 
 std::string omp_wait_policy() {
   const char* p = std::getenv("OMP_WAIT_POLICY");

@@ -15,6 +15,24 @@ namespace cpbench {
 // usable_cores() / local_ranks, at least 1.
 [[nodiscard]] int64_t threads_per_rank(int64_t local_ranks);
 
+// Intra-op threads for the first rank of a CP group of `cp` ranks while it alone runs the single-rank
+// references: the group's other ranks on this machine (at most local_ranks - 1 of them) only wait, so
+// it takes their share too. threads_per_rank(local_ranks) * min(cp, local_ranks), at most
+// usable_cores(); with dp > 1, each group's first rank takes its own group's share.
+[[nodiscard]] int64_t reference_threads(int64_t local_ranks, int64_t cp);
+
+// Sets at::set_num_threads for its lifetime and restores the previous count.
+class ScopedIntraOpThreads {
+ public:
+  explicit ScopedIntraOpThreads(int64_t threads);
+  ~ScopedIntraOpThreads();
+  ScopedIntraOpThreads(const ScopedIntraOpThreads&) = delete;
+  ScopedIntraOpThreads& operator=(const ScopedIntraOpThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // OMP_WAIT_POLICY as this process sees it ("" when unset).
 [[nodiscard]] std::string omp_wait_policy();
 

@@ -17,6 +17,7 @@ struct MeasureSpec {
   double max_time_s = 0.5;   // ... or once this many seconds of timed steps have passed
   int64_t max_iters = 1000;  // ... or after this many timed steps
   double peak_flops = 0;     // FLOP/s per rank overriding the device table / CPU probe (0: none)
+  bool collectives = true;   // time the step's largest collectives alone (comm_bench.hpp) after the case
 };
 // The noise rule needs this many samples before it may stop a measurement (fewer: too few to judge).
 inline constexpr int64_t kMinSamplesForNoise = 5;

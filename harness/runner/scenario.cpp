@@ -220,7 +220,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     if (!(root["batch"] && root["batch"]["seed"])) s.batch.seed = seed + 1;
   }
   if (const auto m = root["measure"]) {
-    check_keys(c, m, "measure", {"warmup", "iters", "max_noise", "max_time_s", "max_iters", "peak_flops"});
+    check_keys(c, m, "measure", {"warmup", "iters", "max_noise", "max_time_s", "max_iters", "peak_flops", "collectives"});
     if (m["warmup"]) s.measure.warmup = read_int(c, m["warmup"], "measure.warmup", 0);
     if (m["iters"]) s.measure.iters = read_int(c, m["iters"], "measure.iters", 1);
     if (m["max_noise"]) s.measure.max_noise = read_positive(c, m["max_noise"], "measure.max_noise", 1.0);
@@ -234,6 +234,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
       c.fail("measure.max_iters", "must be >= measure.iters (" + std::to_string(s.measure.iters) + "), got " +
                                       std::to_string(s.measure.max_iters));
     if (m["peak_flops"]) s.measure.peak_flops = read_positive(c, m["peak_flops"], "measure.peak_flops");
+    if (m["collectives"]) s.measure.collectives = read_bool(c, m["collectives"], "measure.collectives");
   }
 
   // Top-level axis defaults, then each sweep block.

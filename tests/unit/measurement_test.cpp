@@ -87,6 +87,26 @@ TEST(MachineState, CountsACompetingProcessAndMarksTheMeasurementNoisy) {
   EXPECT_GE(usable_cores(), 1);
   EXPECT_EQ(threads_per_rank(1 << 20), 1);
   EXPECT_EQ(threads_per_rank(1), usable_cores());
+  // The first rank of a CP group borrows the waiting ranks' cores for the references, never more
+  // than the machine's (nor more than its group's share when several groups share the machine).
+  for (int64_t local : {1, 2, 3, 4, 8, 16})
+    for (int64_t cp : {1, 2, 4, 8, 16}) {
+      SCOPED_TRACE(::testing::Message() << local << " local ranks, cp " << cp);
+      EXPECT_LE(reference_threads(local, cp), usable_cores());
+      EXPECT_GE(reference_threads(local, cp), threads_per_rank(local));
+      EXPECT_EQ(reference_threads(local, cp),
+                std::min(usable_cores(), threads_per_rank(local) * std::min(cp, local)));
+    }
+  EXPECT_EQ(reference_threads(4, 1), threads_per_rank(4)) << "dp = 4 groups of one rank: nobody waits";
+  EXPECT_EQ(reference_threads(16, 16), usable_cores());
+  {
+    const int before = at::get_num_threads();
+    {
+      const ScopedIntraOpThreads t(1);
+      EXPECT_EQ(at::get_num_threads(), 1);
+    }
+    EXPECT_EQ(at::get_num_threads(), before);
+  }
   // A busy loop in its own process group: what `sha256sum /dev/zero` does to a measurement.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
