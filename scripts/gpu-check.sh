@@ -121,11 +121,27 @@ fi
 # Debian packages carried as .deb files: unpacked under .debs/root, found through the prefix path.
 DEBS_ROOT="$ROOT/.debs/root"
 PREP="set -e; if ls '$ROOT'/.debs/*.deb >/dev/null 2>&1; then for f in '$ROOT'/.debs/*.deb; do dpkg -x \"\$f\" '$DEBS_ROOT'; done; fi"
-TORCH_PREFIX="\$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+# The torch to build against: python3's (the GPU machine's /opt/torch/.venv, or CPBENCH_PYTHON), else
+# the LibTorch that scripts/setup.sh caches (CPBENCH_CACHE, default ~/.cache/cpbench), else none: the
+# build step then fails with that one reason. Both are torch 2.11 wheels; TORCH_DIR is the folder
+# holding torch/ (CPBENCH_TORCH_DIR in CMakeLists.txt).
+CACHED_TORCH="${CPBENCH_CACHE:-$HOME/.cache/cpbench}/torch-2.11.0"
+if TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  TORCH_FROM="$PY's torch"
+  TORCH_DIR=$(cd "$TORCH_PREFIX/../../.." && pwd)
+elif [ -f "$CACHED_TORCH/.complete" ]; then
+  TORCH_FROM="the cached LibTorch $CACHED_TORCH ($PY has no torch)"
+  TORCH_DIR="$CACHED_TORCH"
+  TORCH_PREFIX="$CACHED_TORCH/torch/share/cmake"
+else
+  TORCH_FROM=""
+fi
 NCCL_INC="\$($PY -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], \"include\"))' 2>/dev/null || echo /usr/local/cuda/include)"
-TORCH_DIR="\$(dirname \$(dirname \$(dirname \$(dirname $TORCH_PREFIX))))"
-CONFIGURE="cmake -S '$ROOT' -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPBENCH_TORCH_DIR=$TORCH_DIR \
+CONFIGURE="cmake -S '$ROOT' -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPBENCH_TORCH_DIR='$TORCH_DIR' \
 -DCMAKE_PREFIX_PATH=\"$TORCH_PREFIX;$DEBS_ROOT/usr\" -DNCCL_INCLUDE_DIR=$NCCL_INC -DTORCH_CUDA_ARCH_LIST=9.0"
+if [ -z "$TORCH_FROM" ]; then
+  CONFIGURE="echo '!! no torch to build against: $PY cannot import torch and $CACHED_TORCH is not installed (run scripts/setup.sh, or set CPBENCH_PYTHON)' >&2; false"
+fi
 BUILD_CMD="$PREP; $CONFIGURE && cmake --build '$BUILD' -j \$(nproc) --target cpbench cpbench_gpu_tests cpbench_bench"
 export LD_LIBRARY_PATH="$DEBS_ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 CP="'$BUILD/cpbench'"
@@ -150,7 +166,7 @@ bad = {n: v for n, v in pts.items() if int(n.split('S:')[1].split('/')[0]) >= 81
 print(json.dumps({'x_sdpa': pts, 'over_1_10_at_8k_plus': bad}))
 sys.exit(1 if bad or not pts else 0)"
 
-if step build "$B_BUILD" "configure + build cpbench, cpbench_gpu_tests, cpbench_bench against python3's torch" "$BUILD_CMD"; then
+if step build "$B_BUILD" "configure + build cpbench, cpbench_gpu_tests, cpbench_bench against ${TORCH_FROM:-no torch}" "$BUILD_CMD"; then
   step gpu-tests "$B_GPU_TESTS" "cpbench_gpu_tests (label gpu): fused routes vs tiled on CUDA, GQA native on flash, no host sync in a step (masked plans, a2a), NCCL world of one, the runner on CUDA" \
     "'$BUILD/tests/cpbench_gpu_tests' --gtest_output=xml:'$OUTDIR/gpu-tests.xml'" \
     "$PY -c \"import xml.etree.ElementTree as E, json; r=E.parse('$OUTDIR/gpu-tests.xml').getroot(); print(json.dumps({k: int(r.get(k, 0)) for k in ('tests', 'failures', 'errors', 'disabled')}))\""
