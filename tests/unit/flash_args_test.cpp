@@ -283,6 +283,13 @@ TEST(FlashArgs, GpuTestBlocksTakeTheFlashRoutes) {
     EXPECT_EQ(b.route, b.expected) << b.name << ": " << kernels::to_string(b.route);
     const auto moved = gpu_cases::plan_on(b.plan, at::kCPU);
     EXPECT_EQ(moved.bands.size(), b.plan.bands.size()) << b.name;
+    if (b.plan.varlen) {  // the tensors the CUDA call reads are the segments decided on the host
+      const auto& v = *b.plan.varlen;
+      EXPECT_TRUE(v.cu_seqlens_q.equal(at::tensor(v.cu_q, at::kInt))) << b.name;
+      EXPECT_TRUE(v.cu_seqlens_k.equal(at::tensor(v.cu_k, at::kInt))) << b.name;
+      const at::Tensor m = kernels::plan_mask(b.plan, b.batch, 0, b.plan.tiles.rows, 0, b.plan.tiles.cols, at::kCPU);
+      EXPECT_TRUE(v.empty_rows.equal(m.any(-1).logical_not())) << b.name;
+    }
   }
 }
 
