@@ -7,7 +7,10 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "kernels/attention/flash_args.hpp"
 
 namespace cpbench::kernels {
 
@@ -54,6 +57,9 @@ struct MaskBand {
   // later layer and the backward: one per band and dtype, never per head or per call. A cache, so
   // mutable; a step's plans are read by one thread.
   mutable at::Tensor bias{};
+  // attach_flash_args (CUDA plans): the flash window call that evaluates exactly this band's mask,
+  // when one does (flash_args.hpp); the CUDA flash-window route runs the band with it.
+  std::optional<FlashWindow> window{};
 };
 [[nodiscard]] std::vector<MaskBand> mask_bands(const TileMap& tiles);
 
@@ -82,6 +88,10 @@ struct BlockPlan {
   // Set by the transports' planner from token metadata (causal_block_plan); tiles describe the
   // triangle, mask may be undefined.
   bool causal = false;
+  // attach_flash_args (CUDA plans), kind == masked and not causal: the varlen segments that evaluate
+  // exactly the (trimmed) block's mask (documents), when some do; the CUDA flash-varlen route runs the
+  // whole block in one call with them.
+  std::optional<FlashVarlen> varlen{};
   int64_t visible_pairs = 0;   // summed over the batch, per head
   int64_t computed_pairs = 0;  // what the kernel actually evaluates: B x (|rows| x |cols| when full,
                                // the non-empty cells' area when masked, 0 when empty)

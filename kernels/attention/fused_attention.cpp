@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "kernels/attention/flash_calls.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::kernels {
@@ -179,6 +180,34 @@ Call band_call(const BlockPlan& plan, const MaskBand& band, const at::Tensor& q)
               nullptr};
 }
 
+// One band on `route`. The flash-window route runs a band with a window through it, a full band on
+// plain flash and a masked band no window expresses on the memory-efficient kernel with its bias.
+BlockOutput band_forward(const BlockPlan& plan, const MaskBand& band, const at::Tensor& qs, const at::Tensor& q,
+                         const at::Tensor& k, const at::Tensor& v, double scale, KernelRoute route) {
+  if (route == KernelRoute::cuda_flash_window) {
+    if (band.masked && band.window) {
+      const at::Tensor none =
+          band.empty_rows.defined()
+              ? band.empty_rows
+              : plan_mask(plan, q.size(0), band.r0, band.r1 - band.r0, band.c0, band.c1 - band.c0, q.device())
+                    .any(-1)
+                    .logical_not();
+      return flash_window_forward(q, k, v, *band.window, none, scale);
+    }
+    route = band.masked ? KernelRoute::cuda_efficient : KernelRoute::cuda_flash;
+  }
+  return fused_forward(q, k, v, band_call(plan, band, qs), scale, route);
+}
+BlockGrads band_backward(const BlockPlan& plan, const MaskBand& band, const at::Tensor& qs, const at::Tensor& dout,
+                         const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, double scale, KernelRoute route) {
+  if (route == KernelRoute::cuda_flash_window) {
+    if (band.masked && band.window) return flash_window_backward(dout, q, k, v, out, lse, *band.window, scale);
+    route = band.masked ? KernelRoute::cuda_efficient : KernelRoute::cuda_flash;
+  }
+  return fused_backward(dout, q, k, v, out, lse, band_call(plan, band, qs), scale, route);
+}
+
 }  // namespace
 
 const char* to_string(KernelRoute route) {
@@ -187,6 +216,8 @@ const char* to_string(KernelRoute route) {
     case KernelRoute::tiled: return "tiled";
     case KernelRoute::cpu_flash: return "cpu_flash";
     case KernelRoute::cuda_flash: return "cuda_flash";
+    case KernelRoute::cuda_flash_window: return "cuda_flash_window";
+    case KernelRoute::cuda_flash_varlen: return "cuda_flash_varlen";
     case KernelRoute::cuda_efficient: return "cuda_efficient";
   }
   return "?";
@@ -205,15 +236,37 @@ KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::D
                         (plan.kind == BlockKind::masked && full_rectangle(plan.tiles).has_value());
   if (device.is_cpu()) return dtype == at::kDouble || dtype == at::kFloat ? KernelRoute::cpu_flash : KernelRoute::tiled;
   if (!device.is_cuda() || dtype == at::kDouble) return KernelRoute::tiled;
-  if (unmasked && is_16bit(dtype) && head_dim % 8 == 0 && head_dim <= 256) return KernelRoute::cuda_flash;
+  const bool flash = is_16bit(dtype) && head_dim % 8 == 0 && head_dim <= 256;
+  if (unmasked && flash) return KernelRoute::cuda_flash;
+  if (flash && plan.kind == BlockKind::masked) {
+    // Flash's own mask arguments (attach_flash_args): windows when they cover every masked band, else
+    // the block's varlen segments, else windows for the bands that have one (the others: efficient).
+    bool every = true, some = false;
+    for (const MaskBand& band : plan.bands) {
+      if (!band.masked) continue;
+      if (band.window) some = true;
+      else every = false;
+    }
+    if (some && every) return KernelRoute::cuda_flash_window;
+    if (plan.varlen) return KernelRoute::cuda_flash_varlen;
+    if (some) return KernelRoute::cuda_flash_window;
+  }
   return KernelRoute::cuda_efficient;
 }
 
 int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch) {
   if (route == KernelRoute::skipped) return 0;
   if (route == KernelRoute::tiled || plan.kind == BlockKind::full || plan.causal) return plan.computed_pairs;
+  if (route == KernelRoute::cuda_flash_varlen) {
+    CP_CHECK(plan.varlen.has_value(), "routed_pairs: the varlen route for a plan without varlen segments");
+    return plan.varlen->pairs;
+  }
   int64_t area = 0;
-  for (const MaskBand& band : plan.bands) area += (band.r1 - band.r0) * (band.c1 - band.c0);
+  for (const MaskBand& band : plan.bands) {
+    const bool windowed = route == KernelRoute::cuda_flash_window && band.masked && band.window;
+    area += windowed ? (band.window->q1 - band.window->q0) * (band.window->k1 - band.window->k0)
+                     : (band.r1 - band.r0) * (band.c1 - band.c0);
+  }
   return batch * area;
 }
 
@@ -228,6 +281,9 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   BlockOutput r;
   if (plan.kind == BlockKind::full || plan.causal) {
     r = fused_forward(qs, ks, vs, Call{plan.causal, {}}, scale, route);
+  } else if (route == KernelRoute::cuda_flash_varlen) {
+    CP_CHECK(plan.varlen.has_value(), "routed_forward: the varlen route for a plan without varlen segments");
+    r = flash_varlen_forward(qs, ks, vs, *plan.varlen, scale);
   } else {
     // Band by band (mask_bands): each band's rows see keys only in its span, so its call takes that
     // span and a mask of the band's size; rows in no band see nothing (out 0, lse -inf).
@@ -236,16 +292,15 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
              "plan_from_cells?)");
     const int64_t n = qs.size(2);
     if (bands.size() == 1 && bands[0].r0 == 0 && bands[0].r1 == n) {
-      r = fused_forward(qs, ks.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0),
-                        vs.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0), band_call(plan, bands[0], qs), scale,
-                        route);
+      r = band_forward(plan, bands[0], qs, qs, ks.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0),
+                       vs.narrow(2, bands[0].c0, bands[0].c1 - bands[0].c0), scale, route);
     } else {
       r.out = at::zeros({qs.size(0), qs.size(1), n, vs.size(3)}, qs.options().dtype(cd));
       r.lse = at::full({qs.size(0), qs.size(1), n}, kNegInf, qs.options().dtype(cd));
       for (const MaskBand& band : bands) {
         const int64_t nr = band.r1 - band.r0, nc = band.c1 - band.c0;
-        const BlockOutput part = fused_forward(qs.narrow(2, band.r0, nr), ks.narrow(2, band.c0, nc),
-                                               vs.narrow(2, band.c0, nc), band_call(plan, band, qs), scale, route);
+        const BlockOutput part = band_forward(plan, band, qs, qs.narrow(2, band.r0, nr), ks.narrow(2, band.c0, nc),
+                                              vs.narrow(2, band.c0, nc), scale, route);
         r.out.narrow(2, band.r0, nr).copy_(part.out);
         r.lse.narrow(2, band.r0, nr).copy_(part.lse);
       }
@@ -271,6 +326,9 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
   BlockGrads g;
   if (plan.kind == BlockKind::full || plan.causal) {
     g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}}, scale, route);
+  } else if (route == KernelRoute::cuda_flash_varlen) {
+    CP_CHECK(plan.varlen.has_value(), "routed_backward: the varlen route for a plan without varlen segments");
+    g = flash_varlen_backward(ds, qs, ks, vs, os, ls, *plan.varlen, scale);
   } else {
     // The forward's bands: dQ rows are the band's own, dK / dV add up over the bands' key spans.
     g.dq = at::zeros(qs.sizes(), qs.options().dtype(cd));
@@ -279,10 +337,9 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
     CP_CHECK(!plan.bands.empty(), "routed_backward: a masked plan with visible pairs has no bands");
     for (const MaskBand& band : plan.bands) {
       const int64_t nr = band.r1 - band.r0, nc = band.c1 - band.c0;
-      const BlockGrads part = fused_backward(ds.narrow(2, band.r0, nr), qs.narrow(2, band.r0, nr),
-                                             ks.narrow(2, band.c0, nc), vs.narrow(2, band.c0, nc),
-                                             os.narrow(2, band.r0, nr), ls.narrow(2, band.r0, nr),
-                                             band_call(plan, band, qs), scale, route);
+      const BlockGrads part = band_backward(plan, band, qs, ds.narrow(2, band.r0, nr), qs.narrow(2, band.r0, nr),
+                                            ks.narrow(2, band.c0, nc), vs.narrow(2, band.c0, nc),
+                                            os.narrow(2, band.r0, nr), ls.narrow(2, band.r0, nr), scale, route);
       g.dq.narrow(2, band.r0, nr).copy_(part.dq);
       g.dk.narrow(2, band.c0, nc).add_(part.dk);
       g.dv.narrow(2, band.c0, nc).add_(part.dv);

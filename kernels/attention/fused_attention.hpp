@@ -8,8 +8,16 @@
 //                   (CPU computes 16-bit inputs in float32); takes an additive mask
 //   cuda_flash      at::_scaled_dot_product_flash_attention (+ _backward); bfloat16 / float16,
 //                   head_dim % 8 == 0 and <= 256; no mask (diagonal causal or fully visible blocks)
+//   cuda_flash_window  at::_flash_attention_forward (+ _backward) with window_size_left / right,
+//                   band by band (flash_args.hpp FlashWindow: shifted-causal and sliding-window bands);
+//                   a masked band no window expresses runs on cuda_efficient, a full band on flash
+//   cuda_flash_varlen  at::_flash_attention_forward (+ _backward) with cum_seq_q / k: the whole block in
+//                   one call (flash_args.hpp FlashVarlen: document masks)
 //   cuda_efficient  at::_scaled_dot_product_efficient_attention (+ _backward); float32 / 16-bit;
-//                   takes an additive bias (masked blocks, and float32 unmasked ones)
+//                   takes an additive bias (masked blocks neither flash route expresses, float32 ones)
+// The flash routes need 16-bit inputs and head_dim % 8 == 0, <= 256; the window and varlen arguments
+// are decided on the host with the plan (attach_flash_args, PlanCache on CUDA), so the CPU routes and
+// CPU plans are untouched.
 // Per plan: a diagonal causal block (BlockPlan::causal) runs with is_causal; a fully visible block
 // unmasked; a masked block runs band by band (block_plan.hpp mask_bands: query tiles grouped by the
 // key span of their non-empty cells), each band on its span only, unmasked when its cells are all full
@@ -27,21 +35,25 @@ namespace cpbench::kernels {
 // fused: the best fused route per block (above); tiled: every block on the tiled kernel.
 enum class KernelPolicy { fused, tiled };
 
-enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_efficient };
+enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window, cuda_flash_varlen, cuda_efficient };
 [[nodiscard]] const char* to_string(KernelRoute route);
 
 // The dtype a block kernel reads q, k, v in: the compute dtype, except 16-bit inputs on CUDA under the
 // fused policy (flash / efficient read bfloat16 / float16 directly).
 [[nodiscard]] at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, KernelPolicy policy);
 
-// The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`.
+// The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`. On CUDA with
+// flash's dtypes and head dims: cuda_flash when unmasked; cuda_flash_window when every masked band has
+// a window; else cuda_flash_varlen when the block has varlen segments; else cuda_flash_window when some
+// band has a window; else cuda_efficient.
 [[nodiscard]] KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device,
                                       int64_t head_dim, KernelPolicy policy);
 
 // (query, key) pairs `route` evaluates for a block with `plan` of `batch` rows, summed over the batch
 // (per head): 0 skipped; the plan's computed_pairs on the tiled route and for full or causal blocks on
 // a fused one (a causal diagonal tile counts whole); the bands' area (mask_bands) for a masked block
-// on a fused route. >= plan.visible_pairs.
+// on a fused route, where cuda_flash_window counts a windowed band as its call's rows x keys, and
+// cuda_flash_varlen the segments' sum of lq x lk. >= plan.visible_pairs.
 [[nodiscard]] int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch);
 
 // One block through `route` (from block_route). q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] in the

@@ -64,6 +64,10 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
     BlockPlan p =
         src == rank && causal_diag && same_tokens(q, k) ? causal_block_plan(batch_, tokens_) : plan_block(mask, q, k);
     g_metadata_plans.fetch_add(1);
+    // The flash window / varlen arguments are read by the CUDA routes only: decided here, on the host,
+    // while the plan's cells are still on it (the CPU routes never read them; planning on the CPU
+    // stays what it was).
+    if (device.is_cuda()) attach_flash_args(p, batch_, device);
     if (!device.is_cpu()) {
       if (p.rows.defined()) p.rows = p.rows.to(device);
       if (p.cols.defined()) p.cols = p.cols.to(device);

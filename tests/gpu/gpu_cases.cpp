@@ -2,6 +2,12 @@
 
 #include <chrono>
 
+#include "harness/model/data.hpp"
+#include "kernels/attention/plan_cache.hpp"
+#include "kernels/transports/transport.hpp"
+#include "sharders/registry.hpp"
+#include "sharders/sharder.hpp"
+
 namespace cpbench::gpu_cases {
 
 comm::GroupSpec nccl_world_of_one(int device_index) {
@@ -28,6 +34,89 @@ sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2],
 
 comm::BackendKind expected_runner_backend(int64_t cp, int visible_gpus) {
   return cp <= visible_gpus ? comm::BackendKind::nccl : comm::BackendKind::gloo;
+}
+
+std::vector<TokenMeta> rank_metas(const std::string& layout, int64_t W, int64_t S,
+                                  const std::vector<int64_t>& documents, const MaskSpec& mask) {
+  BatchSpec spec;
+  spec.batch_size = 1;
+  spec.seq_len = S;
+  if (!documents.empty()) spec.documents = {documents};
+  const GlobalData data = make_global_data(spec, ModelConfig::preset_named("tiny"), at::kFloat, at::Device(at::kCPU));
+  std::vector<TokenMeta> ranks;
+  for (int64_t r = 0; r < W; ++r) {
+    Sharder sh(make_layout(layout), SharderOptions{W, r, spec.padding_token_id, mask, 0});
+    ranks.push_back(sh.attention_meta(sh.shard(data.batch)));
+  }
+  const auto cat = [&](at::Tensor TokenMeta::*field) {
+    std::vector<at::Tensor> parts;
+    for (const auto& m : ranks) parts.push_back(m.*field);
+    return parts.front().defined() ? at::cat(parts, 1) : at::Tensor();
+  };
+  ranks.push_back(TokenMeta{cat(&TokenMeta::pos), cat(&TokenMeta::segment), cat(&TokenMeta::doc), cat(&TokenMeta::valid)});
+  return ranks;
+}
+
+std::vector<FlashRouteBlock> flash_route_blocks(int64_t head_dim) {
+  using kernels::KernelRoute;
+  struct Spec {
+    const char* name;
+    const char* layout;
+    const char* mask;
+    int64_t W, S;
+    std::vector<int64_t> docs;
+    int rank, src;
+    KernelRoute expected;
+  };
+  const std::vector<Spec> specs = {
+      {"shifted causal (striped, rank 0 against rank 1)", "striped", "causal", 2, 512, {}, 0, 1,
+       KernelRoute::cuda_flash_window},
+      {"sliding window 300 > chunk 256 (contiguous, rank 1 against rank 0)", "contiguous", "sliding_window:300", 2, 512,
+       {}, 1, 0, KernelRoute::cuda_flash_window},
+      {"documents 150 / 230 / 132 (contiguous, W = 1)", "contiguous", "document", 1, 512, {150, 230, 132}, 0, 0,
+       KernelRoute::cuda_flash_varlen},
+  };
+  std::vector<FlashRouteBlock> out;
+  const auto allgather = make_transport("allgather");
+  for (const Spec& s : specs) {
+    const MaskSpec mask = MaskSpec::parse(s.mask);
+    const auto metas = rank_metas(s.layout, s.W, s.S, s.docs, mask);
+    const TokenMeta& local = metas[static_cast<size_t>(s.rank)];
+    const auto cache = allgather->make_plans(mask, local, metas.back(), {}, s.rank, static_cast<int>(s.W), at::kCPU);
+    FlashRouteBlock b;
+    b.name = s.name;
+    b.plan = cache->plan(s.src);
+    kernels::attach_flash_args(b.plan, local.batch(), at::kCPU);
+    b.route = kernels::block_route(b.plan, at::kBFloat16, at::Device(at::kCUDA, 0), head_dim, kernels::KernelPolicy::fused);
+    b.expected = s.expected;
+    b.batch = local.batch();
+    b.sq = local.tokens();
+    b.sk = metas[static_cast<size_t>(s.src)].tokens();
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+kernels::BlockPlan plan_on(const kernels::BlockPlan& plan, const at::Device& device) {
+  kernels::BlockPlan p = plan;
+  const auto to = [&](at::Tensor& t) {
+    if (t.defined()) t = t.to(device);
+  };
+  to(p.rows);
+  to(p.cols);
+  to(p.mask);
+  to(p.cell_masks);
+  for (auto& band : p.bands) {
+    to(band.mask);
+    to(band.empty_rows);
+    band.bias = at::Tensor();
+  }
+  if (p.varlen) {
+    to(p.varlen->cu_seqlens_q);
+    to(p.varlen->cu_seqlens_k);
+    to(p.varlen->empty_rows);
+  }
+  return p;
 }
 
 }  // namespace cpbench::gpu_cases

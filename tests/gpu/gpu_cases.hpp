@@ -4,8 +4,11 @@
 // error in its arguments or its expectations; only the device calls themselves wait for a GPU.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "kernels/attention/fused_attention.hpp"
 #include "kernels/comm/process_group.hpp"
+#include "sharders/mask.hpp"
 
 namespace cpbench::gpu_cases {
 
@@ -21,5 +24,28 @@ namespace cpbench::gpu_cases {
 // `visible_gpus` GPUs: NCCL whenever every rank has its own GPU, Gloo when they share one. Written
 // from the test's intent, not by calling choose_device: the CPU test holds the two against each other.
 [[nodiscard]] comm::BackendKind expected_runner_backend(int64_t cp, int visible_gpus);
+
+// Every rank's attention metadata for `layout` at W ranks over one row of S tokens (documents: their
+// lengths; empty: one), through the real Sharder as the runner shards (make_global_data, shard,
+// attention_meta); the last element is all ranks' metadata concatenated in rank order.
+[[nodiscard]] std::vector<TokenMeta> rank_metas(const std::string& layout, int64_t W, int64_t S,
+                                                const std::vector<int64_t>& documents, const MaskSpec& mask);
+
+// The blocks of Gpu.FlashWindowAndVarlenRoutesMatchTheTiledKernel: a shifted-causal block (striped,
+// W = 2), a sliding-window block whose window is longer than a chunk (contiguous, W = 2) and a
+// document block (contiguous, W = 1, three documents), planned by the allgather transport's planner
+// on the CPU with their flash arguments attached, and the route each takes for bf16 on CUDA with
+// `head_dim`: cuda_flash_window, cuda_flash_window, cuda_flash_varlen.
+struct FlashRouteBlock {
+  std::string name;
+  kernels::BlockPlan plan;
+  kernels::KernelRoute route = kernels::KernelRoute::skipped;
+  kernels::KernelRoute expected = kernels::KernelRoute::skipped;
+  int64_t batch = 0, sq = 0, sk = 0;
+};
+[[nodiscard]] std::vector<FlashRouteBlock> flash_route_blocks(int64_t head_dim);
+// The plan with every tensor the kernels read (trimming, masks, cells, band masks, varlen segments)
+// on `device`.
+[[nodiscard]] kernels::BlockPlan plan_on(const kernels::BlockPlan& plan, const at::Device& device);
 
 }  // namespace cpbench::gpu_cases

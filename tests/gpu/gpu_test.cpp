@@ -168,6 +168,45 @@ TEST(Gpu, FusedRoutesMatchTheTiledKernel) {
   }
 }
 
+// The flash window and varlen routes (window_size_left / right; cum_seq_q / k) against the tiled
+// kernel on the same GPU, forward and backward, bf16, GQA: a shifted-causal block, a sliding window
+// longer than a chunk, three documents. The blocks, their flash arguments and routes are
+// gpu_cases::flash_route_blocks, which FlashArgs.GpuTestBlocksTakeTheFlashRoutes runs on the CPU.
+TEST(Gpu, FlashWindowAndVarlenRoutesMatchTheTiledKernel) {
+  const int64_t D = 64;
+  const auto blocks = gpu_cases::flash_route_blocks(D);
+  for (const auto& b : blocks) ASSERT_EQ(b.route, b.expected) << b.name;
+  REQUIRE_CUDA();  // the plans, arguments and routes above are host work
+  const at::Device cuda(at::kCUDA, 0);
+  for (const auto& blk : blocks) {
+    kernels::BlockPlan plan = gpu_cases::plan_on(blk.plan, cuda);
+    kernels::attach_band_masks(plan, blk.batch, cuda);
+    at::manual_seed(3);
+    const auto o = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
+    const at::Tensor q = at::randn({blk.batch, 8, blk.sq, D}, o), k = at::randn({blk.batch, 2, blk.sk, D}, o),
+                     v = at::randn({blk.batch, 2, blk.sk, D}, o), dout = at::randn({blk.batch, 8, blk.sq, D}, o);
+    const auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+    const auto want = kernels::block_forward(f32(q), f32(k), f32(v), plan, 0.125);
+    const auto got = kernels::routed_forward(q, k, v, plan, 0.125, blk.route);
+    const auto rel = [](const at::Tensor& a, const at::Tensor& w) {
+      const at::Tensor fin = at::isfinite(w);
+      return ((a.masked_fill(~fin, 0) - w.masked_fill(~fin, 0)).abs().max() / w.masked_fill(~fin, 0).abs().max().clamp_min(1))
+          .item<double>();
+    };
+    const double tol = 3e-2;
+    const std::string what = blk.name + " " + kernels::to_string(blk.route);
+    EXPECT_LT(rel(got.out, want.out), tol) << what;
+    EXPECT_LT(rel(got.lse, want.lse), tol) << what;
+    EXPECT_TRUE(at::isinf(got.lse).equal(at::isinf(want.lse))) << what << ": rows that see nothing differ";
+    const at::Tensor dsum = (f32(dout) * want.out).sum(-1);
+    const auto gw = kernels::block_backward(f32(dout), f32(q), f32(k), f32(v), want.lse, dsum, plan, 0.125);
+    const auto gg = kernels::routed_backward(dout, q, k, v, want.out, want.lse, dsum, plan, 0.125, blk.route);
+    EXPECT_LT(rel(gg.dq, gw.dq), tol) << what << " dq";
+    EXPECT_LT(rel(gg.dk, gw.dk), tol) << what << " dk";
+    EXPECT_LT(rel(gg.dv, gw.dv), tol) << what << " dv";
+  }
+}
+
 // A step's attention (3 layers, forward and backward) with the step's plans built beforehand runs
 // without one host synchronization: CUDA's sync-debug mode set to error throws on any. Causal (no
 // mask), documents and a sliding window (masked bands: their masks travel with the plans), over
