@@ -280,7 +280,7 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   const at::Tensor qs = trim_rows(plan, q), ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockOutput r;
   if (plan.kind == BlockKind::full || plan.causal) {
-    r = fused_forward(qs, ks, vs, Call{plan.causal, {}}, scale, route);
+    r = fused_forward(qs, ks, vs, Call{plan.causal, {}, {}, nullptr}, scale, route);
   } else if (route == KernelRoute::cuda_flash_varlen) {
     CP_CHECK(plan.varlen.has_value(), "routed_forward: the varlen route for a plan without varlen segments");
     r = flash_varlen_forward(qs, ks, vs, *plan.varlen, scale);
@@ -325,7 +325,7 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
   const at::Tensor ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockGrads g;
   if (plan.kind == BlockKind::full || plan.causal) {
-    g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}}, scale, route);
+    g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}, {}, nullptr}, scale, route);
   } else if (route == KernelRoute::cuda_flash_varlen) {
     CP_CHECK(plan.varlen.has_value(), "routed_backward: the varlen route for a plan without varlen segments");
     g = flash_varlen_backward(ds, qs, ks, vs, os, ls, *plan.varlen, scale);
