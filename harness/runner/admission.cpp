@@ -107,7 +107,7 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   };
   if (reference_rank) {
     add_reference("", e);
-    if (judged_by_precision(c.dtype)) {
+    if (judged_by_precision(c.dtype, md.has_ssm())) {
       constexpr double e64 = 8;
       add("float64 reference model (weights, gradients)", driver({{"model.vocab", rv}, {"model.hidden", rh}, {"model.layers", rl}}),
           2 * (2 * V * H + L * (2 * H + 3 * H * F) + La * (2 * Hq * D * H + 2 * H * Hkv * D) + H) * e64);

@@ -44,7 +44,7 @@ References run_references(CaseContext& x) {
   nvtx::Range range{x.nvtx, "reference"};
   const auto t = std::chrono::steady_clock::now();
   References r;
-  if (!judged_by_precision(x.c.dtype)) {
+  if (!judged_by_precision(x.c.dtype, x.s.model.has_ssm())) {
     r.exact = run_reference(x, x.model, x.data);
   } else {
     r.single = run_reference(x, x.model, x.data);

@@ -199,7 +199,8 @@ Outputs gather_outputs(CaseContext& x, const StepState& kept) {
   x.comm.all_reduce_sum(l);
   o.loss = l;
   for (auto& [name, p] : x.params) o.grads.push_back(p.grad().detach().clone());
-  if (kept.partial_grads.defined() && judged_by_precision(kept.partial_grads.scalar_type())) {
+  const at::ScalarType pt = kept.partial_grads.defined() ? kept.partial_grads.scalar_type() : at::kDouble;
+  if (pt == at::kBFloat16 || pt == at::kHalf) {
     // What the CP sum legitimately adds to a 16-bit gradient: every rank's partial was rounded once.
     at::Tensor r = half_ulp(kept.partial_grads).to(at::kFloat).contiguous();
     x.comm.all_reduce_sum(r);
