@@ -201,14 +201,18 @@ SdpaHookGuard::SdpaHookGuard(TinyTransformerImpl& model, AttentionFn fn) : model
 
 SdpaHookGuard::~SdpaHookGuard() { model_.sdpa_hook = std::move(previous_); }
 
-at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {
+at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {
   at::Tensor lp = at::log_softmax(logits.to(at::kDouble), -1);
   at::Tensor valid = labels != kIgnoreIndex;
   at::Tensor safe = at::where(valid, labels, at::zeros_like(labels));
   at::Tensor nll = -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1);
   at::Tensor w = valid.to(at::kDouble);
   if (loss_mask) w = w * loss_mask->to(at::kDouble);
-  return (nll * w).sum();
+  return nll * w;
+}
+
+at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {
+  return token_losses(logits, labels, loss_mask).sum();
 }
 
 at::Tensor valid_token_count(const at::Tensor& labels, const std::optional<at::Tensor>& loss_mask) {

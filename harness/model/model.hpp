@@ -95,6 +95,9 @@ class SdpaHookGuard {
   AttentionFn previous_;
 };
 
+// Per token, cross-entropy(logits, labels) * loss_mask, 0 where labels == -100; float64 [B, S].
+[[nodiscard]] at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& labels,
+                                      const std::optional<at::Tensor>& loss_mask);
 // Sum over tokens of cross-entropy(logits, labels) * loss_mask, labels == -100 ignored; float64 scalar.
 [[nodiscard]] at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& labels,
                                         const std::optional<at::Tensor>& loss_mask);

@@ -164,4 +164,37 @@ TensorError compare_precision(const std::string& name, const at::Tensor& cp_in, 
   return e;
 }
 
+TensorError compare_precision_mean(const std::string& name, const at::Tensor& cp_in, const at::Tensor& ref64_in,
+                                   const at::Tensor& single_terms, const at::Tensor& ref64_terms, const at::Tensor& count,
+                                   const PrecisionRule& rule) {
+  TensorError e;
+  e.criterion = "precision";
+  e.k = rule.k;
+  e.quantile = rule.quantile;
+  at::Tensor cp, ref;
+  if (!prepare(name, cp_in, ref64_in, cp, ref, e)) return e;
+  CP_CHECK(e.elements == 1, "reference check: ", name, " is a mean over tokens, a scalar; got ", e.elements, " elements");
+  CP_CHECK(single_terms.sizes().equals(ref64_terms.sizes()), "reference check: the per-token terms of ", name, " ",
+           shape_str(single_terms.sizes()), " and ", shape_str(ref64_terms.sizes()), " differ in shape");
+  const double n = count.detach().to(at::kCPU, at::kDouble).item<double>();
+  const at::Tensor d = abs_error(single_terms.detach().to(at::kCPU, at::kDouble), ref64_terms.detach().to(at::kCPU, at::kDouble));
+  const double signed_single = std::abs(
+      (single_terms.detach().to(at::kCPU, at::kDouble).sum() - ref64_terms.detach().to(at::kCPU, at::kDouble).sum())
+          .item<double>() / std::max(n, 1.0));
+  const double r = ref.item<double>();
+  e.floor = rule.floor_scale * std::abs(r);
+  e.single_rank_max = e.single_rank_q = d.sum().item<double>() / std::max(n, 1.0);
+  e.max_abs = e.cp_q = abs_error(cp, ref).item<double>();
+  e.max_rel = e.max_abs / std::max(std::abs(r), 1e-300);
+  const double bound = rule.k * e.single_rank_max + e.floor;
+  e.score = e.max_abs / std::max(bound, 1e-300);
+  e.ok = e.max_abs <= bound;
+  e.mismatches = e.ok ? 0 : 1;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, " (scale: mean |per-token error| of the single rank %.3g; its signed mean %.3g)",
+                e.single_rank_max, signed_single);
+  e.worst = values(cp.item<double>(), r, bound) + buf;
+  return e;
+}
+
 }  // namespace cpbench

@@ -55,6 +55,18 @@ struct ElementNames {
                                             const at::Tensor& ref64, const PrecisionRule& rule,
                                             const ElementNames& names, const at::Tensor& cp_rounding = {});
 
+// A mean over tokens (the loss, sum of `*_terms` / `count`) under the precision rule. A scalar has no
+// distribution of errors to take a max or a quantile of: the single-rank error of a mean is one signed
+// sum of the per-token errors, which cancel by chance (at S = 2048 it can be a tenth of its usual size),
+// so a bound of k times it fails correct runs for luck alone. The scale is instead what that sum is
+// without cancellation, the mean of the per-token errors' magnitudes, e_1 = sum |single_i - ref64_i| /
+// count (>= the single-rank error of the mean for every sign pattern): a CP run whose per-token errors
+// are of the single rank's size has |cp - ref64| <= k * e_1. Bound k * e_1 + floor_scale * |ref64|.
+// `single_terms` and `ref64_terms`: the per-token terms of the two references (token_losses).
+[[nodiscard]] TensorError compare_precision_mean(const std::string& name, const at::Tensor& cp, const at::Tensor& ref64,
+                                                 const at::Tensor& single_terms, const at::Tensor& ref64_terms,
+                                                 const at::Tensor& count, const PrecisionRule& rule);
+
 // Half an ulp of every element of a 16-bit tensor (bfloat16: 2^(e-8), float16: 2^(e-11) for |x| in
 // [2^e, 2^(e+1)); 0 for 0): the most one rounding to that dtype can have moved it. float64 result.
 [[nodiscard]] at::Tensor half_ulp(const at::Tensor& x);

@@ -1,5 +1,6 @@
 #include "harness/runner/step_check.hpp"
 
+#include "harness/model/model.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "sharders/core/nvtx.hpp"
 
@@ -23,7 +24,28 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
       e.step = step;
       errs.push_back(std::move(e));
     };
-    check("loss", got.loss, ref.exact.loss, ref.single.loss, {});
+    if (precision) {
+      // The loss is a mean over tokens: judged against the single rank's per-token errors, not against
+      // its one signed sum (compare_precision_mean). What the CP run adds to the loss beyond its logits
+      // (the normalization, the sum over ranks) is checked exactly instead: both sides are float64 from
+      // the same 16-bit logits, so the CP loss must equal the loss of its own gathered logits.
+      const Batch& b = x.data.batch;
+      const at::Tensor labels = b.labels->to(at::kCPU);
+      std::optional<at::Tensor> loss_mask;
+      if (b.loss_mask) loss_mask = b.loss_mask->to(at::kCPU);
+      const at::Tensor count = valid_token_count(labels, loss_mask);
+      TensorError e = compare_precision_mean("loss", got.loss, ref.exact.loss,
+                                             token_losses(ref.single.logits.to(at::kCPU), labels, loss_mask),
+                                             token_losses(ref.exact.logits.to(at::kCPU), labels, loss_mask), count, rule);
+      e.step = step;
+      errs.push_back(std::move(e));
+      const at::Tensor own = token_losses(got.logits.to(at::kCPU), labels, loss_mask).sum() / count;
+      TensorError o = compare_elementwise("loss:from_cp_logits", got.loss, own, elementwise_bound(at::kDouble), {});
+      o.step = step;
+      errs.push_back(std::move(o));
+    } else {
+      check("loss", got.loss, ref.exact.loss, ref.single.loss, {});
+    }
     check("logits", masked(got.logits), masked(ref.exact.logits), masked(ref.single.logits), {{"b", "s", "v"}, &got.owner});
     check(x.data.batch.inputs_embeds ? "grad:inputs_embeds" : "grad:embeddings_out", got.x0_grad, ref.exact.x0_grad,
           ref.single.x0_grad, {{"b", "s", "h"}, &got.owner});
@@ -37,7 +59,7 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
   if (x.world_pg) {
     // Data-parallel replicas check their own batches; the report takes the worst of them.
     comm::Communicator world(x.world_pg->backend_ptr());
-    const int64_t n = static_cast<int64_t>(x.params.size()) + 3;
+    const int64_t n = static_cast<int64_t>(x.params.size()) + 4;  // loss (and loss:from_cp_logits), logits, x0
     at::Tensor worst = at::zeros({n}, at::kDouble);
     for (size_t i = 0; i < errs.size(); ++i) worst[static_cast<int64_t>(i)] = errs[i].score;
     world.all_reduce_max(worst);

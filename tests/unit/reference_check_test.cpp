@@ -1,5 +1,6 @@
 // The precision rule's pieces (harness/runner/reference_check.hpp): half an ulp of a 16-bit value, and
-// the CP rounding allowance (each CP rank's partial rounded once) added to the bound of a tensor.
+// the CP rounding allowance (each CP rank's partial rounded once) added to the bound of a tensor, and
+// the scale of a mean over tokens (the loss).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,4 +38,28 @@ TEST(ReferenceCheck, CpRoundingAllowanceWidensTheBoundByItsMaxAndQuantile) {
   EXPECT_NE(with.worst.find("CP rounding allowance"), std::string::npos) << with.worst;
   // The allowance is taken per tensor: a wrong size is an error, not a silent broadcast.
   EXPECT_THROW((void)compare_precision("g", cp, single, ref, rule, {}, at::zeros({3}, at::kDouble)), Error);
+}
+
+// A mean over tokens is judged against the single rank's per-token errors, not against its one signed
+// sum: per-token errors that cancel in the single rank's mean (signed mean 0) still set the scale.
+TEST(ReferenceCheck, MeanOverTokensTakesItsScaleFromThePerTokenErrors) {
+  const at::Tensor ref_terms = at::linspace(1.0, 2.0, 100, at::kDouble);
+  at::Tensor single_terms = ref_terms.clone();
+  single_terms.narrow(0, 0, 50).add_(1e-3);
+  single_terms.narrow(0, 50, 50).sub_(1e-3);  // signed sum of the errors: 0; mean |error| 1e-3
+  const at::Tensor count = at::scalar_tensor(100.0, at::kDouble);
+  const at::Tensor ref = ref_terms.sum() / count;
+  const PrecisionRule rule;
+  const double floor = 1e-6 * ref.item<double>();
+  const TensorError ok = compare_precision_mean("loss", ref + 2e-3, ref, single_terms, ref_terms, count, rule);
+  EXPECT_TRUE(ok.ok) << ok.worst;
+  EXPECT_NEAR(ok.single_rank_max, 1e-3, 1e-15);
+  EXPECT_NEAR(ok.score, 2e-3 / (3e-3 + floor), 1e-9);
+  EXPECT_NE(ok.worst.find("signed mean"), std::string::npos) << ok.worst;
+  const TensorError bad = compare_precision_mean("loss", ref + 4e-3, ref, single_terms, ref_terms, count, rule);
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.mismatches, 1);
+  EXPECT_THROW((void)compare_precision_mean("loss", at::zeros({2}, at::kDouble), at::zeros({2}, at::kDouble),
+                                            single_terms, ref_terms, count, rule),
+               Error);
 }
