@@ -947,7 +947,9 @@ TEST(PlanSsm, HybridCasesArePricedByEachStrategysOwnFormulas) {
   for (const auto& c : p.cases) {
     strategies.insert(c.ssm.strategy);
     // Striped gives every token its own chunk: state passing is not planned on it.
-    if (c.sharder == "striped") EXPECT_EQ(c.ssm.strategy, "hidden_parallel");
+    if (c.sharder == "striped") {
+      EXPECT_EQ(c.ssm.strategy, "hidden_parallel");
+    }
     const auto strategy = *parse_ssm_cp_strategy(c.ssm.strategy);
     const SsmCpShape shape = expected_ssm_shape(m, c, 131072);
     EXPECT_EQ(c.ssm.bytes_per_rank, 24 * ssm_cp_bytes(strategy, shape).total()) << c.sharder << " " << c.ssm.strategy;
