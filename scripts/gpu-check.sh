@@ -111,7 +111,7 @@ else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' ||
-    echo "!! $PY cannot import torch: set CPBENCH_PYTHON to the python whose torch the build should use (the build step will fail)"
+    echo "!! $PY cannot import torch: the build uses the cached LibTorch if scripts/setup.sh installed one (set CPBENCH_PYTHON to build against a python's torch)"
 fi
 if [ "$SUM" -gt "$TOTAL_BUDGET" ]; then
   echo "!! the step budgets add up to $SUM s, over the total of ${TOTAL_BUDGET} s"
