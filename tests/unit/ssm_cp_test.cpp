@@ -16,6 +16,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,15 @@
 using namespace cpbench;
 
 namespace {
+
+// The layer tests run W ranks as threads of this process, each with its own ProcessGroupGloo. torch
+// 2.11's c10d FlightRecorder (one per process) inserts every enqueued collective into a std::map
+// without a lock for Gloo groups: concurrent enqueues from the rank threads corrupted it (SIGSEGV in
+// std::_Rb_tree_insert_and_rebalance under FlightRecorder::recordWithResetEnabled from
+// ProcessGroupGloo::barrier; 1 run in ~10 of this suite). A buffer size of 0 turns the recorder off; it
+// is read once, when the recorder is first made, so this runs before main. (Ranks as processes, as
+// cpbench runs them, never share a recorder.)
+[[maybe_unused]] const int kNoFlightRecorder = ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
 
 SsmCpShape shape_for_hand_numbers() {
   SsmCpShape s;
