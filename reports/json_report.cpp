@@ -46,7 +46,7 @@ json to_json(const RunResult& r) {
     ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
                      {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s},
                      {"step_s", s.step_s}, {"attention_flops_computed", s.attention_flops_computed},
-                     {"ssm_s", s.ssm_s}});
+                     {"ssm_s", s.ssm_s}, {"kernel_blocks", s.kernel_blocks}});
   j["ranks"] = ranks;
   const MeasurementRecord& m = r.measurement;
   if (!m.step_s.empty() || !m.verdict.empty()) {
@@ -154,7 +154,8 @@ RunResult run_result_from_json(const json& j) {
   for (const auto& s : j.value("ranks", json::array()))
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
                        s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0),
-                       s.value("step_s", 0.0), s.value("attention_flops_computed", 0.0), s.value("ssm_s", 0.0)});
+                       s.value("step_s", 0.0), s.value("attention_flops_computed", 0.0), s.value("ssm_s", 0.0),
+                       s.value("kernel_blocks", std::map<std::string, int64_t>{})});
   if (j.contains("measurement")) {  // schema 4
     const json& m = j.at("measurement");
     MeasurementRecord& x = r.measurement;

@@ -55,6 +55,10 @@ struct RankStats {
   double step_s = 0;                    // median per step: this rank's whole timed training step
   double attention_flops_computed = 0;  // per step (forward): whole tiles and bands the kernels computed
   double ssm_s = 0;                     // median per step: the Mamba layers' SSM sections, fwd + bwd
+  // Added within schema 4 (absent: empty): forward (query, key) blocks per step per kernel route
+  // (kernels/attention/fused_attention.hpp: skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window,
+  // cuda_flash_varlen, cuda_efficient), every layer's call counted; routes with no block left out.
+  std::map<std::string, int64_t> kernel_blocks;
 };
 
 // The machine around one case's measurement (harness/runner/machine_state.hpp). Sampled on the

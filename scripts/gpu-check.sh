@@ -146,7 +146,8 @@ BUILD_CMD="$PREP; $CONFIGURE && cmake --build '$BUILD' -j \$(nproc) --target cpb
 export LD_LIBRARY_PATH="$DEBS_ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 CP="'$BUILD/cpbench'"
 
-# Numbers of a scenario step: its cases by status and backend, from OUTDIR/<step>/report.json.
+# Numbers of a scenario step: its cases by status and backend, and the forward blocks per step per
+# kernel route over every case and rank (each case's `routes` pin is checked by the run itself).
 cases_numbers() {
   echo "$PY - '$OUTDIR/$1/report.json' <<'PYEOF'
 import json, sys, collections
@@ -154,7 +155,11 @@ r = json.load(open(sys.argv[1]))
 res = r.get('results', [])
 st = collections.Counter(c.get('status', '?') for c in res)
 be = collections.Counter(c.get('axes', {}).get('backend', '?') for c in res)
-print(json.dumps({'cases': len(res), 'by_status': st, 'by_backend': be,
+routes = collections.Counter()
+for c in res:
+    for rk in c.get('ranks', []):
+        routes.update(rk.get('kernel_blocks', {}))
+print(json.dumps({'cases': len(res), 'by_status': st, 'by_backend': be, 'kernel_blocks': routes,
                   'not_ok': [c.get('name', '?') + ': ' + str(c.get('reason', ''))[:200] for c in res if c.get('status') != 'ok'][:20]}))
 PYEOF"
 }
@@ -170,10 +175,10 @@ if step build "$B_BUILD" "configure + build cpbench, cpbench_gpu_tests, cpbench_
   step gpu-tests "$B_GPU_TESTS" "cpbench_gpu_tests (label gpu): fused routes vs tiled on CUDA, GQA native on flash, no host sync in a step (masked plans, a2a), NCCL world of one, the runner on CUDA" \
     "'$BUILD/tests/cpbench_gpu_tests' --gtest_output=xml:'$OUTDIR/gpu-tests.xml'" \
     "$PY -c \"import xml.etree.ElementTree as E, json; r=E.parse('$OUTDIR/gpu-tests.xml').getroot(); print(json.dumps({k: int(r.get(k, 0)) for k in ('tests', 'failures', 'errors', 'disabled')}))\""
-  step w1-nccl "$B_W1" "W = 1 over NCCL, one case per kernel route per dtype (flash, memory-efficient + bias, tiled; a2a) vs float64 (scenarios/gpu_routes.yaml)" \
+  step w1-nccl "$B_W1" "W = 1 over NCCL, one case per kernel route per dtype (flash, flash window, flash varlen, memory-efficient, tiled; a2a), each pinned by its routes key, vs float64 (scenarios/gpu_routes.yaml)" \
     "$CP run '$ROOT/scenarios/gpu_routes.yaml' --out '$OUTDIR/w1-nccl' && grep -Eq 'backend.{0,4}nccl' '$OUTDIR/w1-nccl/report.json'" \
     "$(cases_numbers w1-nccl)"
-  step shared "$B_SHARED" "W = 2, 4 sharing the GPU over Gloo: every layout x allgather, ring, a2a, hybrid; negative controls perturbed and a2a_rank_order (expect: mismatch) (scenarios/gpu_shared.yaml)" \
+  step shared "$B_SHARED" "W = 2, 4 sharing the GPU over Gloo: every layout x allgather, ring, a2a, hybrid; bf16 at W = 2 on the flash window / varlen and memory-efficient routes (pinned); negative controls perturbed and a2a_rank_order (expect: mismatch) (scenarios/gpu_shared.yaml)" \
     "$CP run '$ROOT/scenarios/gpu_shared.yaml' --out '$OUTDIR/shared'" "$(cases_numbers shared)"
   step shared-hybrid "$B_HYBRID" "tiny-hybrid (Mamba + attention) at W = 2, 4 sharing the GPU over Gloo; control ssm_rank_order (scenarios/gpu_shared_hybrid.yaml)" \
     "$CP run '$ROOT/scenarios/gpu_shared_hybrid.yaml' --out '$OUTDIR/shared-hybrid'" "$(cases_numbers shared-hybrid)"

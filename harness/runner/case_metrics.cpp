@@ -3,17 +3,21 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <algorithm>
+#include <set>
 #include <fstream>
 #include <sstream>
 
 #include "harness/model/mamba.hpp"
+#include "kernels/attention/fused_attention.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
 namespace {
 
-constexpr int kSummaryFields = 14;
+// The gathered summary: 12 timings / counts, 2 spare, then one block count per kernel route.
+constexpr int kTimedFields = 14;
+constexpr int kSummaryFields = kTimedFields + static_cast<int>(kernels::kKernelRoutes.size());
 
 int64_t peak_rss_bytes() {
   std::ifstream in("/proc/self/status");
@@ -33,15 +37,25 @@ std::string sci(double v) {
 }  // namespace
 
 std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& s) {
-  at::Tensor mine = at::tensor({s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.ssm_s,
+  std::vector<double> fields = {s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.ssm_s,
                                 s.flops_visible, s.flops_computed, s.bytes, s.ssm_bytes, s.shard_s, s.forward_s,
-                                s.backward_s, 0.0, 0.0},
-                               at::kDouble);
+                                s.backward_s, 0.0, 0.0};
+  for (const auto route : kernels::kKernelRoutes) {
+    const auto it = s.kernel_blocks.find(kernels::to_string(route));
+    fields.push_back(it == s.kernel_blocks.end() ? 0.0 : static_cast<double>(it->second));
+  }
+  CP_CHECK(static_cast<int>(fields.size()) == kSummaryFields, "gather_rank_summaries: ", fields.size(), " fields, not ",
+           kSummaryFields);
+  const at::Tensor mine = at::tensor(fields, at::kDouble);
   const at::Tensor all = x.comm.all_gather(mine.to(x.device)).to(at::kCPU).view({x.c.cp, kSummaryFields}).contiguous();
   std::vector<RankSummary> out;
   const double* p = all.data_ptr<double>();
-  for (int64_t r = 0; r < x.c.cp; ++r, p += kSummaryFields)
-    out.push_back({p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]});
+  for (int64_t r = 0; r < x.c.cp; ++r, p += kSummaryFields) {
+    RankSummary o{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], {}};
+    for (size_t i = 0; i < kernels::kKernelRoutes.size(); ++i)
+      if (const double n = p[kTimedFields + i]; n > 0) o.kernel_blocks[kernels::to_string(kernels::kKernelRoutes[i])] = static_cast<int64_t>(n);
+    out.push_back(std::move(o));
+  }
   return out;
 }
 
@@ -60,6 +74,23 @@ double ssm_train_flops(const CaseContext& x, double tokens) {
   // Forward per token and head from the scan's own count; backward about twice it (its convention).
   const double forward = ssm_scan_flops(x.s.batch.seq_len, kSsmChunk, c.head_dim, c.state);
   return 3.0 * forward * static_cast<double>(c.heads) * tokens * layers;
+}
+
+std::string route_mismatch(const CaseSpec& c, const RunResult& res) {
+  if (c.routes.empty()) return "";
+  std::map<std::string, int64_t> ran;
+  for (const RankStats& r : res.ranks)
+    for (const auto& [route, n] : r.kernel_blocks)
+      if (route != kernels::to_string(kernels::KernelRoute::skipped)) ran[route] += n;
+  const std::set<std::string> want(c.routes.begin(), c.routes.end());
+  std::set<std::string> got;
+  for (const auto& [route, n] : ran) got.insert(route);
+  if (got == want) return "";
+  std::string ran_text, want_text;
+  for (const auto& [route, n] : ran) ran_text += (ran_text.empty() ? "" : ", ") + route + " " + std::to_string(n);
+  for (const auto& route : want) want_text += (want_text.empty() ? "" : ", ") + route;
+  return "kernel routes: the attention blocks ran on {" + ran_text + "} (blocks per step, all ranks); the scenario's "
+         "routes key expects exactly [" + want_text + "]";
 }
 
 void record_outcome(const CaseSpec& c, RunResult& res) {
@@ -109,6 +140,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
     rs.transfer_s = s.transfer_s;
     rs.step_s = s.step_s;
     rs.ssm_s = s.ssm_s;
+    rs.kernel_blocks = s.kernel_blocks;
     res.ranks.push_back(rs);
     const double visible_train = kStepFactor * s.flops_visible, computed_train = kStepFactor * s.flops_computed;
     if (s.attention_s() >= attention_s) {

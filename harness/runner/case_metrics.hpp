@@ -18,6 +18,7 @@
 //                              for the CP group; N = parameters in matrix products (all but the
 //                              embedding table)
 //   mfu                        model FLOP/s per rank / the rank's peak FLOP/s
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct RankSummary {
   double flops_visible = 0, flops_computed = 0;  // forward, per step
   double bytes = 0, ssm_bytes = 0;
   double shard_s = 0, forward_s = 0, backward_s = 0;
+  // Forward blocks per step per kernel route (AttentionStats::kernel_blocks: every layer's call).
+  std::map<std::string, int64_t> kernel_blocks;
   [[nodiscard]] double attention_s() const { return attention_compute_s + attention_wait_s; }
 };
 
@@ -46,6 +49,11 @@ struct RankSummary {
 // Training FLOPs of the Mamba layers' scans for `tokens` tokens (0 without Mamba layers): the chunked
 // scan's forward count (ssm_scan_flops, mamba.hpp) x 3 for forward + backward, every SSM head and layer.
 [[nodiscard]] double ssm_train_flops(const CaseContext& x, double tokens);
+
+// Why the kernel routes the ranks' blocks ran on (res.ranks' kernel_blocks, skipped blocks aside)
+// differ from the case's `routes` key ("" if they do not, or the key is absent): a listed route no
+// block ran on, or a block on a route not listed (a fused kernel that fell back, say). Names both sets.
+[[nodiscard]] std::string route_mismatch(const CaseSpec& c, const RunResult& res);
 
 // Sets status / outcome / reason from the check's errors and the case's expectation.
 void record_outcome(const CaseSpec& c, RunResult& res);

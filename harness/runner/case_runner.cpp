@@ -74,6 +74,7 @@ RankSummary summarize(const RankSamples& s) {
   r.shard_s = stats::median(s.shard);
   r.forward_s = stats::median(s.forward);
   r.backward_s = stats::median(s.backward);
+  r.kernel_blocks = s.last.kernel_blocks;
   return r;
 }
 
@@ -184,6 +185,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       record_metrics(x, m, ranks, got, ref.seconds, res);
       why = impossible_rates(res);
     }
+    if (why.empty()) why = route_mismatch(c, res);
     if (!why.empty()) {
       res.status = "failed";
       res.reason = why;

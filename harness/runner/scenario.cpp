@@ -1,5 +1,6 @@
 #include "harness/runner/scenario.hpp"
 
+#include "kernels/attention/fused_attention.hpp"
 #include "kernels/controls/control.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -82,10 +83,11 @@ using namespace yaml_read;
 struct Axes {
   std::vector<std::string> sharder, transport, mask, dtype, expect, ssm_cp;
   std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
+  std::vector<std::string> routes;       // not an axis: every case of the block gets the list
 };
 
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp"});
+  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp", "routes"});
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
@@ -128,7 +130,17 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
     for (const auto& k : known_ssm_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
     c.fail(p, "unknown SSM CP strategy \"" + v + "\"; known: " + known);
   };
+  auto route_ok = [&](const std::string& p, const std::string& v) {
+    std::string known;
+    for (const auto r : kernels::kKernelRoutes) {
+      if (r == kernels::KernelRoute::skipped) continue;
+      if (v == kernels::to_string(r)) return;
+      known += (known.empty() ? "" : ", ") + std::string(kernels::to_string(r));
+    }
+    c.fail(p, "unknown kernel route \"" + v + "\"; known: " + known);
+  };
   if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
+  if (n["routes"]) a.routes = read_str_list(c, n["routes"], sub("routes"), route_ok);
   if (n["ssm_cp"]) a.ssm_cp = read_str_list(c, n["ssm_cp"], sub("ssm_cp"), ssm_cp_ok);
   if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
   if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
@@ -154,7 +166,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
              {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
-              "measure", "timeout_s", "seed", "share_gpu"});
+              "measure", "timeout_s", "seed", "share_gpu", "routes"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -249,7 +261,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   defaults.ssm_cp = {to_string(SsmCpStrategy::hidden_parallel)};
   {
     YAML::Node top;
-    for (const char* k : {"mask", "dtype", "expect", "ssm_cp"})
+    for (const char* k : {"mask", "dtype", "expect", "ssm_cp", "routes"})
       if (root[k]) top[k] = root[k];
     if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
   }
@@ -317,6 +329,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
                   cs.ssm_cp = *parse_ssm_cp_strategy(sc);
+                  cs.routes = a.routes;
                   if (cs.ssm_cp != SsmCpStrategy::hidden_parallel && !s.model.has_ssm())
                     c.fail(where + ".ssm_cp", sc + " needs a model with Mamba layers (model.mixers with M)");
                   if (!seen.insert(cs.name() + "/" + ex).second) continue;

@@ -40,6 +40,9 @@ struct CaseSpec {
   Expect expect = Expect::match;
   // How the Mamba layers run under CP (the `ssm_cp` axis; models with Mamba layers only).
   SsmCpStrategy ssm_cp = SsmCpStrategy::hidden_parallel;
+  // The `routes` key: the kernel routes (kernels::to_string names, never "skipped") the case's
+  // attention blocks must run on, exactly; empty: not checked (case_metrics.hpp route_mismatch).
+  std::vector<std::string> routes;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
   // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + "/state_passing" for that ssm_cp;

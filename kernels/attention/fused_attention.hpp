@@ -28,6 +28,8 @@
 // transports merge partial results in float32 by LSE whatever the kernel's input dtype.
 #include <ATen/ATen.h>
 
+#include <array>
+
 #include "kernels/attention/tiled_kernel.hpp"
 
 namespace cpbench::kernels {
@@ -36,6 +38,10 @@ namespace cpbench::kernels {
 enum class KernelPolicy { fused, tiled };
 
 enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window, cuda_flash_varlen, cuda_efficient };
+// Every route, in enum order (fixed-width per-route counters, e.g. the runner's rank summaries).
+inline constexpr std::array<KernelRoute, 7> kKernelRoutes{
+    KernelRoute::skipped,          KernelRoute::tiled,          KernelRoute::cpu_flash,     KernelRoute::cuda_flash,
+    KernelRoute::cuda_flash_window, KernelRoute::cuda_flash_varlen, KernelRoute::cuda_efficient};
 [[nodiscard]] const char* to_string(KernelRoute route);
 
 // The dtype a block kernel reads q, k, v in: the compute dtype, except 16-bit inputs on CUDA under the

@@ -119,4 +119,45 @@ kernels::BlockPlan plan_on(const kernels::BlockPlan& plan, const at::Device& dev
   return p;
 }
 
+std::vector<RouteCounts> case_routes(const ScenarioSpec& s, const CaseSpec& c, const at::Device& device) {
+  const at::ScalarType kdt = kernels::kernel_dtype(c.dtype, device, kernels::KernelPolicy::fused);
+  const GlobalData data = make_global_data(s.batch, s.model, c.dtype, at::Device(at::kCPU));
+  const auto transport = make_transport(c.transport, c.transport_options());
+  std::vector<TokenMeta> metas;
+  std::vector<int64_t> rank_order;
+  for (int64_t r = 0; r < c.cp; ++r) {
+    Sharder sh(make_layout(c.sharder), SharderOptions{c.cp, r, s.batch.padding_token_id, c.mask, 0});
+    metas.push_back(sh.attention_meta(sh.shard(data.batch)));
+    if (r == 0)
+      for (const auto& ranks : sh.shard_layout().global.ranks) rank_order.insert(rank_order.end(), ranks.begin(), ranks.end());
+  }
+  const auto cat = [&](at::Tensor TokenMeta::*field) {
+    std::vector<at::Tensor> parts;
+    for (const auto& m : metas) parts.push_back(m.*field);
+    return parts.front().defined() ? at::cat(parts, 1) : at::Tensor();
+  };
+  const TokenMeta all{cat(&TokenMeta::pos), cat(&TokenMeta::segment), cat(&TokenMeta::doc), cat(&TokenMeta::valid)};
+  const at::Tensor global_index = at::tensor(rank_order, at::kLong);
+  std::vector<RouteCounts> routes(static_cast<size_t>(c.cp));
+  for (int64_t r = 0; r < c.cp; ++r) {
+    const TokenMeta& local = metas[static_cast<size_t>(r)];
+    const auto cache = transport->make_plans(c.mask, local, all, global_index, static_cast<int>(r),
+                                             static_cast<int>(c.cp), at::kCPU);
+    for (int src = 0; src < cache->world(); ++src) {
+      kernels::BlockPlan p = cache->plan(src);
+      if (device.is_cuda()) kernels::attach_flash_args(p, cache->batch(), at::kCPU);
+      const auto route = kernels::block_route(p, kdt, device, s.model.head_dim(), kernels::KernelPolicy::fused);
+      routes[static_cast<size_t>(r)][kernels::to_string(route)] += 1;
+    }
+  }
+  return routes;
+}
+
+RouteCounts total_routes(const std::vector<RouteCounts>& per_rank) {
+  RouteCounts total;
+  for (const auto& rank : per_rank)
+    for (const auto& [route, n] : rank) total[route] += n;
+  return total;
+}
+
 }  // namespace cpbench::gpu_cases

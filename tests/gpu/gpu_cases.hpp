@@ -3,10 +3,12 @@
 // runs too (tests/unit/gpu_cases_test.cpp): a GPU test that skips on the CPU can no longer hide an
 // error in its arguments or its expectations; only the device calls themselves wait for a GPU.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/attention/fused_attention.hpp"
+#include "harness/runner/scenario.hpp"
 #include "kernels/comm/process_group.hpp"
 #include "sharders/mask.hpp"
 
@@ -47,5 +49,18 @@ struct FlashRouteBlock {
 // The plan with every tensor the kernels read (trimming, masks, cells, band masks, varlen segments)
 // on `device`.
 [[nodiscard]] kernels::BlockPlan plan_on(const kernels::BlockPlan& plan, const at::Device& device);
+
+// The kernel routes the forward blocks of case `c` of scenario `s` take on `device` (CPU, or CUDA
+// predicted without one), per CP rank and for one attention call (a layer's forward): one count per
+// block as AttentionStats::kernel_blocks counts them in a run (empty blocks as "skipped"; names from
+// kernels::to_string). Planned as a step plans them (train_step.cpp: the real sharder's metadata, the
+// transport's make_plans with the layout's global order, the flash arguments a CUDA PlanCache
+// attaches), all on the CPU. A CPU run's report must show these counts times the attention layers
+// (tests/multirank/measurement_run_test.cpp); the CUDA prediction is what scripts/gpu-check.sh's
+// scenarios are chosen by (tests/unit/gpu_cases_test.cpp).
+using RouteCounts = std::map<std::string, int64_t>;
+[[nodiscard]] std::vector<RouteCounts> case_routes(const ScenarioSpec& s, const CaseSpec& c, const at::Device& device);
+// The counts of every rank of case_routes summed.
+[[nodiscard]] RouteCounts total_routes(const std::vector<RouteCounts>& per_rank);
 
 }  // namespace cpbench::gpu_cases

@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include "harness/fs_util.hpp"
+#include "harness/runner/scenario.hpp"
 #include "reports/json_report.hpp"
 #include "spawn_cpbench.hpp"
+#include "tests/gpu/gpu_cases.hpp"
 #include "tests/test_paths.hpp"  // CPBENCH_EXE, CPBENCH_SOURCE_DIR, ...
 
 using namespace cpbench;
@@ -76,6 +78,26 @@ TEST(MeasurementRun, ReportCarriesSamplesMachineStateRatesAndCollectives) {
     ASSERT_EQ(c.ranks.size(), 2u);
     for (const auto& rs : c.ranks) EXPECT_GT(rs.step_s, 0);
   }
+  // Every rank's forward blocks per kernel route: what the step's plans say (gpu_cases::case_routes,
+  // the same prediction scripts/gpu-check.sh's scenarios rely on for CUDA) times the attention layers.
+  const ScenarioSpec spec = load_scenario(dir + "/s.yaml");
+  int64_t attention_layers = 0;
+  for (int64_t l = 0; l < spec.model.layers; ++l) attention_layers += spec.model.mixer(l) == 'A' ? 1 : 0;
+  ASSERT_GT(attention_layers, 0);
+  for (const auto& c : r.results) {
+    const CaseSpec& cs = spec.cases.at(static_cast<size_t>(c.index));
+    ASSERT_EQ(cs.name(), c.name);
+    if (cs.expect != Expect::match) continue;  // a control's layout is not a registered one
+    const auto predicted = gpu_cases::case_routes(spec, cs, at::kCPU);
+    for (size_t rk = 0; rk < c.ranks.size(); ++rk) {
+      gpu_cases::RouteCounts want;
+      for (const auto& [route, n] : predicted.at(rk)) want[route] = n * attention_layers;
+      EXPECT_EQ(c.ranks[rk].kernel_blocks, want) << c.name << " rank " << rk;
+    }
+  }
+  const auto& contiguous0 = r.results[0].ranks[0].kernel_blocks;  // its diagonal, and rank 1's block unseen
+  EXPECT_EQ(contiguous0.count("skipped"), 1u) << r.results[0].name;
+  EXPECT_EQ(contiguous0.count("cpu_flash"), 1u) << r.results[0].name;
   // The slow hook on rank 1 of case 1 (+50% of each of its steps): the group's samples carry it.
   const double slowed = r.results[1].metric("step_s")->value, rank1_alone = r.results[1].ranks[1].step_s;
   EXPECT_GE(slowed, rank1_alone * 1.4) << "the group's step is at least the slowed rank's";
@@ -91,5 +113,36 @@ TEST(MeasurementRun, ARateAboveThePeakFailsEveryCaseNamingBothNumbers) {
     EXPECT_TRUE(c.collectives.empty()) << c.name << ": measure.collectives is false";
     EXPECT_NE(c.reason.find("FLOP/s"), std::string::npos) << c.reason;
     EXPECT_NE(c.reason.find("above the peak 1e+06 FLOP/s (measure.peak_flops)"), std::string::npos) << c.reason;
+  }
+}
+
+// The `routes` key, as a user pins a case to its kernels: a case whose blocks all ran on the listed
+// route passes; one that lists a route its blocks did not run on (here: a CUDA route on CPU ranks, as
+// a fused kernel that fell back would show on a GPU) fails, naming the routes that ran and those listed.
+TEST(MeasurementRun, TheRoutesKeyFailsACaseWhoseBlocksRanElsewhere) {
+  const std::string dir = temp_dir("routes");
+  const std::string path = dir + "/s.yaml";
+  std::ofstream(path) << "name: routes\nmodel: {preset: tiny}\nbatch: {batch_size: 1, seq_len: 128}\n"
+                         "dtype: float32\nmeasure: {max_time_s: 0, collectives: false}\n"
+                         "sweep:\n  - {sharder: load_balanced, transport: ring, cp: 2, routes: [cpu_flash, cuda_flash_window]}\n"
+                         "  - {sharder: contiguous, transport: ring, cp: 2, routes: cpu_flash}\n"
+                         "  - {sharder: sdpa_wrap, transport: allgather, cp: 2, routes: cpu_flash}\n"
+                         "  - {sharder: thd, transport: a2a, cp: 2, mask: document, routes: cpu_flash}\n"
+                         "  - {sharder: workload_balanced, transport: hybrid, ulysses: 2, cp: 4, routes: cpu_flash}\n";
+  const pid_t pid = test::spawn_cpbench_run({path, "--out", dir + "/out"}, {});
+  EXPECT_EQ(test::wait_exit_status(pid), 1);
+  const Report r = report_from_json(read_json_file(dir + "/out/report.json"));
+  ASSERT_EQ(r.results.size(), 5u);
+  EXPECT_EQ(r.results[0].status, "failed");
+  EXPECT_NE(r.results[0].reason.find("kernel routes: the attention blocks ran on {cpu_flash 8}"), std::string::npos)
+      << r.results[0].reason;
+  EXPECT_NE(r.results[0].reason.find("expects exactly [cpu_flash, cuda_flash_window]"), std::string::npos)
+      << r.results[0].reason;
+  // Every layout's and transport's blocks are counted (the sdpa_wrap hook, the head-parallel rings).
+  for (size_t i = 1; i < r.results.size(); ++i) {
+    EXPECT_EQ(r.results[i].status, "ok") << r.results[i].name << ": " << r.results[i].reason;
+    int64_t blocks = 0;
+    for (const auto& rk : r.results[i].ranks) blocks += rk.kernel_blocks.count("cpu_flash") ? rk.kernel_blocks.at("cpu_flash") : 0;
+    EXPECT_GT(blocks, 0) << r.results[i].name;
   }
 }

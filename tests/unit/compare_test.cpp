@@ -208,7 +208,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   p.single_rank_q = 0.005;
   p.cp_q = 0.004;
   r.results[0].errors.push_back(p);
-  r.results[0].ranks.push_back({1, 0.5, 2e9, 1e6, 0.1, 0.2, 0.7, 3e9, 0.05});
+  r.results[0].ranks.push_back({1, 0.5, 2e9, 1e6, 0.1, 0.2, 0.7, 3e9, 0.05, {{"cpu_flash", 4}, {"skipped", 2}}});
   MeasurementRecord& m = r.results[0].measurement;
   m.warmup = 2;
   m.min_iters = 7;

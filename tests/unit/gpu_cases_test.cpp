@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "harness/runner/device_choice.hpp"
 #include "harness/runner/scenario.hpp"
@@ -77,6 +79,42 @@ TEST(GpuCases, OneGpuScenariosShareTheGpuForEveryMultiRankCase) {
     }
   }
   EXPECT_GE(files, 3);
+}
+
+// The `routes` pins of the scenarios scripts/gpu-check.sh runs are the routes the CUDA plans take
+// (gpu_cases::case_routes, planned here as a GPU step plans them): a wrong pin would fail a correct
+// GPU run, a missing one lets a fused kernel's fallback pass. Every case of gpu_routes.yaml and every
+// bfloat16 case is pinned, and together they run every CUDA route: flash, its window and varlen
+// arguments and the memory-efficient kernel in bfloat16, the memory-efficient kernel in float32, the
+// tiled kernel in float64.
+TEST(GpuCases, GpuScenariosPinTheRoutesTheirCudaPlansTake) {
+  std::map<std::string, std::set<std::string>> by_dtype;
+  int pinned = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(CPBENCH_SOURCE_DIR) + "/scenarios")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("gpu_", 0) != 0 || e.path().extension() != ".yaml") continue;
+    const ScenarioSpec s = load_scenario(e.path().string());
+    for (const CaseSpec& c : s.cases) {
+      SCOPED_TRACE(name + ": " + c.name());
+      // Not pinned: the throughput benchmark's scenario, and gpu_nccl_multi.yaml, which gpu-check.sh
+      // runs at cp = the GPUs (-a cp=[N]), where the routes differ (at cp 8, load_balanced's 96-token
+      // chunks add window blocks; thd's documents a memory-efficient one).
+      const bool unpinned = name == "gpu_throughput.yaml" || name == "gpu_nccl_multi.yaml";
+      if (name == "gpu_routes.yaml" || (c.dtype == at::kBFloat16 && !unpinned)) EXPECT_FALSE(c.routes.empty()) << "not pinned";
+      if (c.routes.empty() || c.expect != Expect::match) continue;
+      ++pinned;
+      std::set<std::string> predicted;
+      for (const auto& [route, n] : gpu_cases::total_routes(gpu_cases::case_routes(s, c, at::Device(at::kCUDA, 0))))
+        if (route != "skipped") predicted.insert(route);
+      EXPECT_EQ(std::set<std::string>(c.routes.begin(), c.routes.end()), predicted);
+      by_dtype[dtype_name(c.dtype)].insert(predicted.begin(), predicted.end());
+    }
+  }
+  EXPECT_GE(pinned, 60);
+  EXPECT_EQ(by_dtype["bfloat16"],
+            (std::set<std::string>{"cuda_efficient", "cuda_flash", "cuda_flash_varlen", "cuda_flash_window"}));
+  EXPECT_EQ(by_dtype["float32"], (std::set<std::string>{"cuda_efficient"}));
+  EXPECT_EQ(by_dtype["float64"], (std::set<std::string>{"tiled"}));
 }
 
 }  // namespace

@@ -734,7 +734,7 @@ Report synthetic_report(double F, double B) {
   RunResult failed;
   failed.status = "failed";
   failed.axes = {{"transport", "ring"}, {"cp", "2"}, {"dtype", "float32"}};
-  failed.ranks.push_back(RankStats{0, 1.0, 1e20, 1.0, 0.5});  // must be ignored
+  failed.ranks.push_back(RankStats{0, 1.0, 1e20, 1.0, 0.5, 0, 0, 0, 0, {}});  // must be ignored
   rep.results.push_back(failed);
   return rep;
 }

@@ -111,6 +111,28 @@ TEST(Scenario, UnknownKeysGetADidYouMean) {
   EXPECT_EQ(did_you_mean("zzzzzz", {"sharder", "transport", "cp"}), "");
 }
 
+// `routes` pins a block's cases to kernel routes (not an axis: one case per combination still); an
+// unknown route names the known ones, and "skipped" is not one a case can be pinned to.
+TEST(Scenario, RoutesPinEveryCaseOfTheirBlock) {
+  const ScenarioSpec s = parse_scenario(R"(
+routes: cpu_flash
+sweep:
+  - {sharder: [contiguous, striped], cp: 2, routes: [cuda_flash, cuda_flash_window]}
+  - {sharder: thd, cp: 2}
+)", "x.yaml");
+  ASSERT_EQ(s.cases.size(), 3u);
+  EXPECT_EQ(s.cases[0].routes, (std::vector<std::string>{"cuda_flash", "cuda_flash_window"}));
+  EXPECT_EQ(s.cases[1].routes, s.cases[0].routes);
+  EXPECT_EQ(s.cases[2].routes, (std::vector<std::string>{"cpu_flash"}));
+  EXPECT_TRUE(parse_scenario("sweep: {cp: 2}", "x.yaml").cases[0].routes.empty());
+  const std::string e = error_of("sweep: {cp: 2, routes: [cuda_flsh]}");
+  EXPECT_NE(e.find("sweep.routes[0]: unknown kernel route \"cuda_flsh\"; known: tiled, cpu_flash, cuda_flash, "
+                   "cuda_flash_window, cuda_flash_varlen, cuda_efficient"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of("routes: skipped").find("unknown kernel route \"skipped\""), std::string::npos);
+}
+
 TEST(Scenario, MissingFileIsOneLine) {
   try {
     (void)load_scenario("/nonexistent/x.yaml");
