@@ -185,10 +185,12 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       record_metrics(x, m, ranks, got, ref.seconds, res);
       why = impossible_rates(res);
     }
-    if (why.empty()) why = route_mismatch(c, res);
+    const std::string routes = route_mismatch(c, res);
+    if (!routes.empty()) why += (why.empty() ? "" : "; ") + routes;
     if (!why.empty()) {
+      // A case the reference check already failed keeps its reason first.
+      res.reason = res.status == "failed" && !res.reason.empty() ? res.reason + "; " + why : why;
       res.status = "failed";
-      res.reason = why;
     }
   }
 
