@@ -6,7 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PKGS=(libyaml-cpp-dev libyaml-cpp0.7 libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-      libbenchmark-dev libbenchmark1debian)
+      libbenchmark-dev libbenchmark1debian libsqlite3-dev libsqlite3-0 libsqlitecpp-dev)
 mkdir -p "$ROOT/.debs" /tmp/cpbench-apt-amd64/partial
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/cpbench-apt-amd64)
 apt-get "${o[@]}" update -qq

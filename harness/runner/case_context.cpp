@@ -30,6 +30,7 @@ void setup_case(CaseContext& x, RankRuntime& rt) {
   if (x.cuda) {
     x.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dc.device_index));
     c10::cuda::set_device(x.device.index());
+    use_full_precision_gemm_reductions();
     if (kind == comm::BackendKind::nccl) bound = x.device;
   }
   const auto timeout = std::chrono::milliseconds(x.s.timeout_s * 1000);

@@ -1,5 +1,7 @@
 #include "harness/runner/device_choice.hpp"
 
+#include <ATen/Context.h>
+
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -29,6 +31,11 @@ DeviceChoice choose_device(bool cuda, int local_rank, int local_world_size, int 
   d.device_index = local_rank % visible_gpus;
   d.shared_gpu = true;
   return d;
+}
+
+void use_full_precision_gemm_reductions() {
+  at::globalContext().setAllowBF16ReductionCuBLAS(/*allow_reduced_precision=*/false, /*allow_splitk=*/true);
+  at::globalContext().setAllowFP16ReductionCuBLAS(/*allow_reduced_precision=*/false, /*allow_splitk=*/true);
 }
 
 }  // namespace cpbench

@@ -30,4 +30,12 @@ struct DeviceChoice {
 [[nodiscard]] DeviceChoice choose_device(bool cuda, int local_rank, int local_world_size, int visible_gpus,
                                          bool share_gpu);
 
+// The GEMM numerics both sides of the reference check run with on a GPU: cuBLAS's reduced-precision
+// reductions for bf16 / fp16 GEMMs (its split-K partial sums held in 16 bits, torch's default) are
+// disallowed, split-K itself stays allowed. Why: that reduction rounds differently for the single
+// rank's S rows than for a CP rank's S / W rows, noise the precision rule would charge to CP.
+// Process-wide (at::globalContext()); the runner calls it for `device: cuda` cases before the model
+// is built. Harmless on the CPU.
+void use_full_precision_gemm_reductions();
+
 }  // namespace cpbench

@@ -13,12 +13,21 @@ at::Tensor grad_or_zeros(const at::Tensor& p) { return p.grad().defined() ? p.gr
 
 namespace {
 
-// The unsharded batch on one rank through `model`, with plain masked attention.
-Outputs run_reference(const CaseContext& x, TinyTransformer& model, const GlobalData& data) {
+// The unsharded batch on one rank through `model`: with plain masked attention, or (`cp_kernels`)
+// through a CP transport at W = 1 on the case's kernels (one block, the same kernel calls and
+// roundings as a CP rank's blocks).
+Outputs run_reference(const CaseContext& x, TinyTransformer& model, const GlobalData& data, bool cp_kernels = false) {
   model->zero_grad();
   const TokenMeta& m = data.reference_meta;
+  const comm::Communicator one;  // a world of one: nothing travels
+  const auto w1 = make_transport("allgather");
+  std::shared_ptr<const kernels::PlanCache> plans;
+  if (cp_kernels) plans = w1->make_plans(x.c.mask, m, m, {}, 0, 1, x.device);
   AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return local_attention(q, k, v, m, m, x.c.mask, x.scale);
+    if (!cp_kernels) return local_attention(q, k, v, m, m, x.c.mask, x.scale);
+    AttentionContext ctx{&one, x.c.mask, m, m, x.scale, nullptr, "", plans,
+                         x.s.kernels == AttentionKernels::tiled, {}, x.s.kernels == AttentionKernels::flash_numerics};
+    return w1->attend(q, k, v, ctx);
   };
   const Batch& b = data.batch;
   at::Tensor embeds;
@@ -40,6 +49,12 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
 
 }  // namespace
 
+bool single_rank_uses_cp_kernels(AttentionKernels kernels, bool cuda, at::ScalarType dtype) {
+  const bool sixteen = dtype == at::kBFloat16 || dtype == at::kHalf;
+  if (!sixteen) return false;
+  return kernels == AttentionKernels::flash_numerics || (kernels == AttentionKernels::fused && cuda);
+}
+
 References run_references(CaseContext& x) {
   nvtx::Range range{x.nvtx, "reference"};
   const auto t = std::chrono::steady_clock::now();
@@ -47,7 +62,7 @@ References run_references(CaseContext& x) {
   if (!judged_by_precision(x.c.dtype, x.s.model.has_ssm())) {
     r.exact = run_reference(x, x.model, x.data);
   } else {
-    r.single = run_reference(x, x.model, x.data);
+    r.single = run_reference(x, x.model, x.data, single_rank_uses_cp_kernels(x.s.kernels, x.cuda, x.c.dtype));
     TinyTransformer model64(x.s.model, at::kDouble, x.device);
     {
       at::NoGradGuard no_grad;

@@ -28,6 +28,14 @@ struct References {
   double seconds = 0;  // wall time of both
 };
 
+// Whether the 16-bit single-rank run (References::single, whose error against float64 is the
+// precision's own) computes attention through the CP path's own block kernels, at W = 1, rather than
+// the plain masked attention: yes where the CP path rounds like a flash kernel (CUDA's fused routes in
+// bf16 / fp16, or the `kernels: flash_numerics` mode on any device), so both sides of the precision
+// rule carry the same attention roundings (docs/correctness.md, "Flash numerics"). The float64
+// reference (`exact`) always uses the plain attention.
+[[nodiscard]] bool single_rank_uses_cp_kernels(AttentionKernels kernels, bool cuda, at::ScalarType dtype);
+
 // Runs on the first rank of each CP group (the others do not call it). Leaves the case model's
 // gradients set; the CP step zeroes them.
 [[nodiscard]] References run_references(CaseContext& x);

@@ -25,6 +25,14 @@ namespace cpbench {
 
 const char* to_string(Expect expect) { return expect == Expect::match ? "match" : "mismatch"; }
 const char* to_string(DeviceKind device) { return device == DeviceKind::cuda ? "cuda" : "cpu"; }
+const char* to_string(AttentionKernels kernels) {
+  switch (kernels) {
+    case AttentionKernels::fused: return "fused";
+    case AttentionKernels::tiled: return "tiled";
+    case AttentionKernels::flash_numerics: return "flash_numerics";
+  }
+  return "?";
+}
 
 namespace {
 const std::vector<std::pair<std::string, at::ScalarType>> kDtypeNames = {
@@ -166,7 +174,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
              {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
-              "measure", "timeout_s", "seed", "share_gpu", "routes"});
+              "measure", "timeout_s", "seed", "share_gpu", "routes", "kernels"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -226,6 +234,16 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   }
   if (root["timeout_s"]) s.timeout_s = read_int(c, root["timeout_s"], "timeout_s", 1);
   if (root["share_gpu"]) s.share_gpu = read_bool(c, root["share_gpu"], "share_gpu");
+  if (root["kernels"]) {
+    const std::string k = read_str(c, root["kernels"], "kernels");
+    bool found = false;
+    for (const auto v : {AttentionKernels::fused, AttentionKernels::tiled, AttentionKernels::flash_numerics})
+      if (k == to_string(v)) {
+        s.kernels = v;
+        found = true;
+      }
+    if (!found) c.fail("kernels", "expected fused, tiled or flash_numerics, got \"" + k + "\"");
+  }
   if (root["seed"]) {
     const auto seed = static_cast<uint64_t>(read_int(c, root["seed"], "seed", 0));
     if (!(root["model"] && root["model"]["seed"])) s.model.seed = seed;

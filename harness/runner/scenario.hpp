@@ -21,6 +21,14 @@ namespace cpbench {
 // What a case must show against the single-rank reference: `mismatch` marks a negative control.
 enum class Expect { match, mismatch };
 enum class DeviceKind { cpu, cuda };
+// The scenario's `kernels` key: which block kernels attention runs on (kernels/attention/fused_attention.hpp).
+//   fused           the fused routes (the default; on CUDA bf16 / fp16: flash, with FA2's roundings)
+//   tiled           every block on the tiled kernel (the fused kernels' CPU twin)
+//   flash_numerics  every block on the tiled kernel with FlashAttention-2's 16-bit roundings, and the
+//                   bf16 single-rank reference through the same kernel: a GPU's bf16 numerics on a CPU
+//                   (docs/correctness.md, "Flash numerics")
+enum class AttentionKernels { fused, tiled, flash_numerics };
+[[nodiscard]] const char* to_string(AttentionKernels kernels);
 [[nodiscard]] const char* to_string(Expect expect);
 [[nodiscard]] const char* to_string(DeviceKind device);
 // The scenario's dtype names: float64, float32, bfloat16 (UsageError listing them otherwise).
@@ -60,6 +68,7 @@ struct ScenarioSpec {
   MeasureSpec measure;
   int64_t timeout_s = 120;     // collective timeout per case, seconds
   bool share_gpu = false;      // device: cuda with more ranks per node than GPUs: share them over Gloo
+  AttentionKernels kernels = AttentionKernels::fused;
   std::vector<CaseSpec> cases;
 };
 

@@ -126,7 +126,10 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   t.shard = mark("shard", t0);
 
   t0 = clock_type::now();
-  AttentionContext ctx{&x.comm, c.mask, local_meta, all_meta, x.scale, &stats, x.nvtx, plans, false, global_index};
+  AttentionContext ctx{&x.comm,       c.mask, local_meta,   all_meta,
+                       x.scale,       &stats, x.nvtx,       plans,
+                       x.s.kernels == AttentionKernels::tiled, global_index,
+                       x.s.kernels == AttentionKernels::flash_numerics};
   AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return x.transport->attend(q, k, v, ctx);
   };

@@ -95,7 +95,7 @@ at::Tensor sum_heads(const at::Tensor& g, int64_t hkv) {
 }
 
 BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Call& call,
-                          double scale, KernelRoute route) {
+                          double scale, KernelRoute route, bool kernel_dtype_out = false) {
   const auto cd = compute_dtype(q.scalar_type());
   at::Tensor out, lse;
   if (route == KernelRoute::cpu_flash) {
@@ -117,7 +117,7 @@ BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
     out = std::get<0>(r);
     lse = std::get<1>(r).narrow(2, 0, q.size(2));  // padded to a multiple of 32 queries
   }
-  out = out.to(cd);
+  if (!kernel_dtype_out) out = out.to(cd);
   lse = lse.to(cd);
   if (call.mask.defined()) {
     // The kernels give a row with no visible key lse 0 (CPU) or NaN (CUDA); the merge needs -inf, out 0.
@@ -131,7 +131,7 @@ BlockOutput fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 
 BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& out, const at::Tensor& lse, const Call& call, double scale,
-                          KernelRoute route) {
+                          KernelRoute route, bool kernel_dtype_out = false) {
   const auto cd = compute_dtype(q.scalar_type());
   const at::Tensor out_k = out.to(q.scalar_type());
   // A row with lse -inf sees nothing anywhere: every score is -inf and P = exp(-inf - 0) = 0.
@@ -164,9 +164,13 @@ BlockGrads fused_backward(const at::Tensor& dout, const at::Tensor& q, const at:
       dk = std::get<1>(r);
       dv = std::get<2>(r);
     }
-    dk = sum_heads(dk.to(cd), hkv);
-    dv = sum_heads(dv.to(cd), hkv);
+    // Expanded GQA heads sum in the compute dtype (an accumulation); flash's native GQA needs none.
+    if (dk.size(1) != hkv) {
+      dk = sum_heads(dk.to(cd), hkv);
+      dv = sum_heads(dv.to(cd), hkv);
+    }
   }
+  if (kernel_dtype_out) return {dq, dk, dv};
   return {dq.to(cd), dk.to(cd), dv.to(cd)};
 }
 
@@ -231,7 +235,7 @@ at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, Kern
 KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device, int64_t head_dim,
                         KernelPolicy policy) {
   if (plan.kind == BlockKind::empty) return KernelRoute::skipped;
-  if (policy == KernelPolicy::tiled) return KernelRoute::tiled;
+  if (policy != KernelPolicy::fused) return KernelRoute::tiled;
   const bool unmasked = plan.kind == BlockKind::full || plan.causal ||
                         (plan.kind == BlockKind::masked && full_rectangle(plan.tiles).has_value());
   if (device.is_cpu()) return dtype == at::kDouble || dtype == at::kFloat ? KernelRoute::cpu_flash : KernelRoute::tiled;
@@ -271,8 +275,8 @@ int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch) {
 }
 
 BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
-                           double scale, KernelRoute route) {
-  if (route == KernelRoute::tiled) return block_forward(q, k, v, plan, scale);
+                           double scale, KernelRoute route, BlockNumerics numerics) {
+  if (route == KernelRoute::tiled) return block_forward(q, k, v, plan, scale, numerics.rounding);
   const auto cd = compute_dtype(q.scalar_type());
   const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = v.size(3);
   if (route == KernelRoute::skipped)
@@ -280,7 +284,7 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   const at::Tensor qs = trim_rows(plan, q), ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockOutput r;
   if (plan.kind == BlockKind::full || plan.causal) {
-    r = fused_forward(qs, ks, vs, Call{plan.causal, {}, {}, nullptr}, scale, route);
+    r = fused_forward(qs, ks, vs, Call{plan.causal, {}, {}, nullptr}, scale, route, numerics.kernel_dtype_out);
   } else if (route == KernelRoute::cuda_flash_varlen) {
     CP_CHECK(plan.varlen.has_value(), "routed_forward: the varlen route for a plan without varlen segments");
     r = flash_varlen_forward(qs, ks, vs, *plan.varlen, scale);
@@ -313,9 +317,14 @@ BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::T
 
 BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan,
-                           double scale, KernelRoute route) {
-  if (route == KernelRoute::tiled) return block_backward(dout.to(compute_dtype(q.scalar_type())), q, k, v, lse, dsum,
-                                                         plan, scale);
+                           double scale, KernelRoute route, BlockNumerics numerics) {
+  if (route == KernelRoute::tiled) {
+    const auto cd = compute_dtype(q.scalar_type());
+    const at::Tensor dout_c = dout.to(cd);
+    // FA2 computes D = rowsum(dO * O) from the 16-bit O it is given.
+    const at::Tensor ds = numerics.rounding.on() ? (dout_c * numerics.rounding(out.to(cd))).sum(-1) : dsum;
+    return block_backward(dout_c, q, k, v, lse, ds, plan, scale, numerics.rounding);
+  }
   const auto cd = compute_dtype(q.scalar_type());
   if (route == KernelRoute::skipped)
     return {at::zeros(q.sizes(), q.options().dtype(cd)), at::zeros(k.sizes(), k.options().dtype(cd)),
@@ -325,7 +334,8 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
   const at::Tensor ks = trim_cols(plan, k), vs = trim_cols(plan, v);
   BlockGrads g;
   if (plan.kind == BlockKind::full || plan.causal) {
-    g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}, {}, nullptr}, scale, route);
+    g = fused_backward(ds, qs, ks, vs, os, ls, Call{plan.causal, {}, {}, nullptr}, scale, route,
+                       numerics.kernel_dtype_out);
   } else if (route == KernelRoute::cuda_flash_varlen) {
     CP_CHECK(plan.varlen.has_value(), "routed_backward: the varlen route for a plan without varlen segments");
     g = flash_varlen_backward(ds, qs, ks, vs, os, ls, *plan.varlen, scale);

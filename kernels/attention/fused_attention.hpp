@@ -34,8 +34,21 @@
 
 namespace cpbench::kernels {
 
-// fused: the best fused route per block (above); tiled: every block on the tiled kernel.
-enum class KernelPolicy { fused, tiled };
+// fused: the best fused route per block (above); tiled: every block on the tiled kernel;
+// flash_numerics: every block on the tiled kernel with FlashAttention-2's 16-bit roundings
+// (tiled_kernel.hpp FlashRounding; a no-op for float32 / float64 inputs): the CPU's stand-in for the
+// numerics of a GPU's bf16 flash routes (docs/correctness.md, "Flash numerics").
+enum class KernelPolicy { fused, tiled, flash_numerics };
+
+// What a block's kernel call hands back beyond the route's maths.
+struct BlockNumerics {
+  FlashRounding rounding;  // tiled route only: FA2's roundings (KernelPolicy::flash_numerics)
+  // A rank that holds one block (W = 1) merges nothing: the fused routes then return out and dq, dk,
+  // dv in the kernel's own dtype (16-bit on CUDA) instead of the compute dtype, so no float32 round
+  // trip is paid (lse stays in the compute dtype). Full and causal blocks on one kernel call only;
+  // every other block comes back in the compute dtype as before.
+  bool kernel_dtype_out = false;
+};
 
 enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window, cuda_flash_varlen, cuda_efficient };
 // Every route, in enum order (fixed-width per-route counters, e.g. the runner's rank summaries).
@@ -66,15 +79,18 @@ inline constexpr std::array<KernelRoute, 7> kKernelRoutes{
 // kernel dtype. Returns out [B, Hq, Sq, D] and lse [B, Hq, Sq] in the compute dtype; rows outside the
 // plan: out 0, lse -inf. Not differentiable (call from a custom autograd Function).
 [[nodiscard]] BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                         const BlockPlan& plan, double scale, KernelRoute route);
+                                         const BlockPlan& plan, double scale, KernelRoute route,
+                                         BlockNumerics numerics = {});
 
 // Gradients of one block from the MERGED output and global lse (flash-attention backward). dout, q,
 // k, v in the kernel dtype; out [B, Hq, Sq, D] and lse [B, Hq, Sq] (-inf on rows that see nothing
-// anywhere) and dsum = rowsum(dout * out) in the compute dtype (dsum: tiled route only). Returns dq,
-// dk, dv in the compute dtype.
+// anywhere) and dsum = rowsum(dout * out) in the compute dtype (dsum: tiled route only; with
+// numerics.rounding on, it is recomputed from the rounded out, as FA2 reads it). out may also be in
+// the kernel dtype (a BlockNumerics::kernel_dtype_out forward). Returns dq, dk, dv in the compute
+// dtype (kernel dtype per BlockNumerics::kernel_dtype_out).
 [[nodiscard]] BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                          const at::Tensor& dsum, const BlockPlan& plan, double scale,
-                                         KernelRoute route);
+                                         KernelRoute route, BlockNumerics numerics = {});
 
 }  // namespace cpbench::kernels

@@ -55,7 +55,8 @@ at::Tensor block_scores(const at::Tensor& q3, const at::Tensor& k3, const PieceM
 
 // One piece evaluated densely: every (query, key) pair is computed, masked pairs are set to -inf.
 // `qs` is q * scale.
-BlockOutput dense_forward(const at::Tensor& qs, const at::Tensor& k, const at::Tensor& v, const PieceMask& pm) {
+BlockOutput dense_forward(const at::Tensor& qs, const at::Tensor& k, const at::Tensor& v, const PieceMask& pm,
+                          FlashRounding rounding) {
   const int64_t b = qs.size(0), hq = qs.size(1), sq = qs.size(2), d = v.size(3), hkv = k.size(1);
   at::Tensor s = block_scores(as3(qs, hkv), as3(k, hkv), pm, b, sq);
   // Only a piece masked everywhere can hold a row that sees nothing (max -inf): elsewhere the
@@ -63,7 +64,7 @@ BlockOutput dense_forward(const at::Tensor& qs, const at::Tensor& k, const at::T
   at::Tensor shift = pm.everywhere ? finite_or_zero(s.amax(-1, true)) : s.amax(-1, true);
   at::Tensor p = s.sub_(shift).exp_();
   at::Tensor sum = p.sum(-1, true);
-  at::Tensor out = at::bmm(p, as3(v, hkv));
+  at::Tensor out = at::bmm(rounding(p), as3(v, hkv));
   // A row that sees anything has sum >= 1 (its maximum contributes exp(0)); a fully masked one has
   // sum 0 and output 0, which any divisor keeps.
   out.div_(pm.everywhere ? sum.clamp_min(1) : sum);
@@ -174,7 +175,7 @@ PieceMask piece_mask(const MaskWindow& mask_of, int64_t r0, int64_t n, const Run
 }
 
 BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaskWindow& mask,
-                          const TileMap& m, double scale) {
+                          const TileMap& m, double scale, FlashRounding rounding = {}) {
   const std::vector<RowGroup> groups = row_groups(m, q.size(0) * q.size(1));
   const int64_t b = q.size(0), hq = q.size(1), d = v.size(3);
   // Per group, concatenated along the rows at the end (rows that see nothing: out 0, lse -inf).
@@ -191,7 +192,8 @@ BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
     for (const Run& r : g.runs) {
       const int64_t w = r.c1 - r.c0;
       merge_block(out, lse,
-                  dense_forward(qs, k.narrow(2, r.c0, w), v.narrow(2, r.c0, w), piece_mask(mask, g.r0, n, r)));
+                  dense_forward(qs, k.narrow(2, r.c0, w), v.narrow(2, r.c0, w), piece_mask(mask, g.r0, n, r),
+                                rounding));
     }
     outs.push_back(out);
     lses.push_back(lse);
@@ -204,7 +206,7 @@ BlockOutput tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 // group, dK/dV per key range (formulas in the header).
 BlockGrads tiled_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& lse, const at::Tensor& dsum, const MaskWindow& mask, const TileMap& m,
-                          double scale) {
+                          double scale, FlashRounding rounding = {}) {
   const std::vector<RowGroup> groups = row_groups(m, q.size(0) * q.size(1));
   const int64_t b = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(3), sk = k.size(2);
   at::Tensor dk = at::zeros(k.sizes(), k.options()), dv = at::zeros(v.sizes(), v.options());  // contiguous
@@ -230,8 +232,8 @@ BlockGrads tiled_backward(const at::Tensor& dout, const at::Tensor& q, const at:
       const int64_t w = r.c1 - r.c0;
       const at::Tensor kr = k3.narrow(1, r.c0, w), vr = v3.narrow(1, r.c0, w);
       at::Tensor p = block_scores(qs, kr, piece_mask(mask, g.r0, n, r), b, n).sub_(sh).exp_();
-      dv3.narrow(1, r.c0, w).baddbmm_(p.transpose(1, 2), do3);
-      at::Tensor ds = at::bmm(do3, vr.transpose(1, 2)).sub_(ds_sum).mul_(p);
+      dv3.narrow(1, r.c0, w).baddbmm_(rounding(p).transpose(1, 2), do3);
+      at::Tensor ds = rounding(at::bmm(do3, vr.transpose(1, 2)).sub_(ds_sum).mul_(p));
       dq = dq.defined() ? dq.baddbmm_(ds, kr) : at::bmm(ds, kr);
       dk3.narrow(1, r.c0, w).baddbmm_(ds.transpose(1, 2), qs);
     }
@@ -241,21 +243,24 @@ BlockGrads tiled_backward(const at::Tensor& dout, const at::Tensor& q, const at:
 }
 
 BlockOutput plan_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
-                         double scale) {
+                         double scale, FlashRounding rounding) {
   if (plan.kind == BlockKind::masked)
-    return tiled_forward(q, k, v, window_of(plan, q.size(0), q.device()), plan.tiles, scale);
+    return tiled_forward(q, k, v, window_of(plan, q.size(0), q.device()), plan.tiles, scale, rounding);
   if (plan.kind == BlockKind::full)
-    return tiled_forward(q, k, v, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale);
+    return tiled_forward(q, k, v, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale, rounding);
   return {at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
           at::full({q.size(0), q.size(1), q.size(2)}, kNegInf, q.options())};
 }
 
 BlockGrads plan_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
+                         const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale,
+                         FlashRounding rounding) {
   if (plan.kind == BlockKind::masked)
-    return tiled_backward(dout, q, k, v, lse, dsum, window_of(plan, q.size(0), q.device()), plan.tiles, scale);
+    return tiled_backward(dout, q, k, v, lse, dsum, window_of(plan, q.size(0), q.device()), plan.tiles, scale,
+                          rounding);
   if (plan.kind == BlockKind::full)
-    return tiled_backward(dout, q, k, v, lse, dsum, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale);
+    return tiled_backward(dout, q, k, v, lse, dsum, MaskWindow(), full_map(q.size(0), q.size(2), k.size(2)), scale,
+                          rounding);
   return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v)};
 }
 
@@ -268,9 +273,9 @@ BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 }
 
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
-                          double scale) {
-  BlockOutput r = plan_forward(trim_rows(plan, q), trim_cols(plan, k), trim_cols(plan, v), plan, scale);
-  r.out = untrim_rows(plan, r.out, q.size(2), 0);
+                          double scale, FlashRounding rounding) {
+  BlockOutput r = plan_forward(trim_rows(plan, q), trim_cols(plan, k), trim_cols(plan, v), plan, scale, rounding);
+  r.out = untrim_rows(plan, rounding(r.out), q.size(2), 0);
   r.lse = untrim_rows(plan, r.lse, q.size(2), kNegInf);
   return r;
 }
@@ -282,13 +287,14 @@ BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at:
 }
 
 BlockGrads block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale) {
+                          const at::Tensor& lse, const at::Tensor& dsum, const BlockPlan& plan, double scale,
+                          FlashRounding rounding) {
   const auto rows = [&](const at::Tensor& t) { return trim_rows(plan, t); };
   const auto cols = [&](const at::Tensor& t) { return trim_cols(plan, t); };
-  BlockGrads g = plan_backward(rows(dout), rows(q), cols(k), cols(v), rows(lse), rows(dsum), plan, scale);
-  g.dq = untrim_rows(plan, g.dq, q.size(2), 0);
-  g.dk = untrim_cols(plan, g.dk, k.size(2));
-  g.dv = untrim_cols(plan, g.dv, v.size(2));
+  BlockGrads g = plan_backward(rows(dout), rows(q), cols(k), cols(v), rows(lse), rows(dsum), plan, scale, rounding);
+  g.dq = untrim_rows(plan, rounding(g.dq), q.size(2), 0);
+  g.dk = untrim_cols(plan, rounding(g.dk), k.size(2));
+  g.dv = untrim_cols(plan, rounding(g.dv), v.size(2));
   return g;
 }
 

@@ -76,7 +76,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       st.count_block(plan, route, pairs);
       if (route == KernelRoute::skipped) return;
       const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
-      merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
+      merge_block(out, lse,
+                  routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
     };
     attend_block(0, local_kv);  // overlaps the all-gather
     if (work) {
@@ -130,7 +131,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const KernelRoute route = st.route(src, qc);
       if (route == KernelRoute::skipped) continue;
       const at::Tensor kv = wire.from_wire(blocks[src]).to(kd);
-      BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
+      BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route,
+                                         st.numerics(q.scalar_type()));
       dq.add_(g.dq);
       dkv_all[src][0].copy_(g.dk);
       dkv_all[src][1].copy_(g.dv);
@@ -168,6 +170,7 @@ class AllGatherTransport final : public Transport {
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
+    if (shape.world == 1) return single_block_attention(q, k, v, make_state(ctx, shape, q.device()), name());
     return AllGatherAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
   }
 

@@ -72,7 +72,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         st.count_block(plan, route, pairs);
         if (route != KernelRoute::skipped) {
           const at::Tensor kv = wire.from_wire(cur).to(kd);
-          merge_block(out, lse, routed_forward(qc, kv[0], kv[1], plan, st.scale, route));
+          merge_block(out, lse,
+                      routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
         }
       }
       if (s + 1 < W) {
@@ -143,7 +144,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         const KernelRoute route = st.route(src, qc);
         if (route != KernelRoute::skipped) {
           const at::Tensor kv = wire.from_wire(cur).to(kd);
-          BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route);
+          BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route,
+                                         st.numerics(q.scalar_type()));
           dq.add_(g.dq);
           contrib = at::stack({g.dk, g.dv});
         }
@@ -239,6 +241,7 @@ class RingTransport final : public Transport {
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TransportState& st) {
+  if (st.ring_size() == 1) return single_block_attention(q, k, v, st, "ring");
   return RingAttention::apply(q, k, v, st);
 }
 

@@ -91,6 +91,10 @@ struct AttentionContext {
   // tokens their all-to-all gathers in that order (a diagonal block is then one causal block).
   // Undefined: unknown, and they keep rank order (still correct: the mask reads the metadata).
   at::Tensor global_index{};
+  // Every block on the tiled kernel with FlashAttention-2's 16-bit roundings (the scenario key
+  // `kernels: flash_numerics`; kernels/attention/tiled_kernel.hpp FlashRounding): a GPU's bf16 flash
+  // numerics, on any device. Wins over tiled_kernels. No effect on float32 / float64 inputs.
+  bool flash_numerics = false;
 };
 
 // Plans this rank's queries (`local`, [B, S]) against every rank's keys (`all`, [B, W*S]) under `mask`,

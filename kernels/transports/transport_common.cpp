@@ -61,7 +61,9 @@ TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
   st.mask = ctx.mask;
   st.plans = ctx.plans ? ctx.plans
                        : std::make_shared<const PlanCache>(ctx.mask, ctx.local, ctx.all, shape.rank, shape.world, device);
-  st.policy = ctx.tiled_kernels ? KernelPolicy::tiled : KernelPolicy::fused;
+  st.policy = ctx.flash_numerics ? KernelPolicy::flash_numerics
+              : ctx.tiled_kernels  ? KernelPolicy::tiled
+                                   : KernelPolicy::fused;
   // A zero scale means "the default", 1/sqrt(D).
   st.scale = ctx.scale > 0 ? ctx.scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
   st.stats = ctx.stats;
@@ -77,6 +79,13 @@ at::ScalarType TransportState::kernel_dtype(const at::Tensor& q) const {
 
 KernelRoute TransportState::route(int src, const at::Tensor& q_kernel) const {
   return block_route(plan(src), q_kernel.scalar_type(), q_kernel.device(), shape.head_dim, policy);
+}
+
+BlockNumerics TransportState::numerics(at::ScalarType input, bool single_block) const {
+  BlockNumerics n;
+  if (policy == KernelPolicy::flash_numerics && (input == at::kBFloat16 || input == at::kHalf)) n.rounding.to = input;
+  n.kernel_dtype_out = single_block;
+  return n;
 }
 
 void TransportState::count_block(const BlockPlan& plan, KernelRoute route, CallPairs& pairs) const {

@@ -62,6 +62,9 @@ struct TransportState {
   // The dtype the block kernels read q, k, v in, and the route of block `src`.
   [[nodiscard]] at::ScalarType kernel_dtype(const at::Tensor& q) const;
   [[nodiscard]] KernelRoute route(int src, const at::Tensor& q_kernel) const;
+  // How blocks of inputs in dtype `input` come back: FA2's roundings under the flash_numerics policy
+  // (16-bit inputs), and in the kernel's dtype when the rank holds a `single_block` (W = 1).
+  [[nodiscard]] BlockNumerics numerics(at::ScalarType input, bool single_block = false) const;
   // Forward only: counts block `plan`'s route in stats (one count per evaluated block and call) and
   // adds its visible and evaluated pairs to `pairs`.
   void count_block(const BlockPlan& plan, KernelRoute route, CallPairs& pairs) const;
@@ -85,6 +88,12 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 // ring size, rank = ring position). Differentiable in q, k, v; backward collective over the ring.
 [[nodiscard]] at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const TransportState& st);
+
+// Attention of a rank that holds a single key block (W = 1; single_block.cpp): st plans one block
+// (st.plan(0)); the result as the multi-block paths give it, from one kernel call without merge
+// buffers. `transport` names the steps ("allgather", "ring"). Differentiable in q, k, v.
+[[nodiscard]] at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                const TransportState& st, const std::string& transport);
 
 // Factories behind the registry (kernels/transports/registry.cpp).
 [[nodiscard]] std::shared_ptr<const Transport> make_allgather_transport();

@@ -4,6 +4,8 @@
 // every case there.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <regex>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -100,7 +102,9 @@ TEST(GpuCases, GpuScenariosPinTheRoutesTheirCudaPlansTake) {
       // runs at cp = the GPUs (-a cp=[N]), where the routes differ (at cp 8, load_balanced's 96-token
       // chunks add window blocks; thd's documents a memory-efficient one).
       const bool unpinned = name == "gpu_throughput.yaml" || name == "gpu_nccl_multi.yaml";
-      if (name == "gpu_routes.yaml" || (c.dtype == at::kBFloat16 && !unpinned)) EXPECT_FALSE(c.routes.empty()) << "not pinned";
+      if (name == "gpu_routes.yaml" || (c.dtype == at::kBFloat16 && !unpinned)) {
+        EXPECT_FALSE(c.routes.empty()) << "not pinned";
+      }
       if (c.routes.empty() || c.expect != Expect::match) continue;
       ++pinned;
       std::set<std::string> predicted;
@@ -115,6 +119,24 @@ TEST(GpuCases, GpuScenariosPinTheRoutesTheirCudaPlansTake) {
             (std::set<std::string>{"cuda_efficient", "cuda_flash", "cuda_flash_varlen", "cuda_flash_window"}));
   EXPECT_EQ(by_dtype["float32"], (std::set<std::string>{"cuda_efficient"}));
   EXPECT_EQ(by_dtype["float64"], (std::set<std::string>{"tiled"}));
+}
+
+// gpu-check.sh has 8 minutes for everything: no scenario it runs may time the collectives on the side
+// (measure.collectives, on by default: a second or more per case, 58 cases in the shared step alone).
+// The scenarios are the ones the script names; a scenario it names and this cannot find fails too.
+TEST(GpuCases, TheCheckTimesNoCollectives) {
+  std::ifstream in(std::string(CPBENCH_SOURCE_DIR) + "/scripts/gpu-check.sh");
+  ASSERT_TRUE(in) << "scripts/gpu-check.sh";
+  const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::regex named(R"(scenarios/(gpu_[A-Za-z0-9_]+)\.yaml)");
+  std::set<std::string> files;
+  for (auto it = std::sregex_iterator(script.begin(), script.end(), named); it != std::sregex_iterator(); ++it)
+    files.insert((*it)[1].str());
+  EXPECT_GE(files.size(), 4u) << "the check names fewer scenarios than it runs";
+  for (const std::string& f : files) {
+    const ScenarioSpec s = load_scenario(std::string(CPBENCH_SOURCE_DIR) + "/scenarios/" + f + ".yaml");
+    EXPECT_FALSE(s.measure.collectives) << "scenarios/" << f << ".yaml: measure.collectives is on in a scenario gpu-check.sh runs";
+  }
 }
 
 }  // namespace
