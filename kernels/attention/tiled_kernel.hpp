@@ -19,8 +19,9 @@ namespace cpbench::kernels {
 //             dV = P^T dO; dS = P * (dP - D) (from the unrounded P) is rounded before dQ = dS K and
 //             dK = dS^T Q; dQ, dK, dV are rounded once at the end of the block (the kernel's outputs).
 // The max m is the piece's (kScoreBudget), where FA2 uses its running max over 128-key tiles: the
-// same rounding points on values scaled by a power-free constant, so not bit-identical, and the same
-// error distribution. Undefined `to` (the default): no rounding, the tiled kernel's exact maths.
+// same rounding points on values scaled by another per-row constant (exp(m_FA2 - m)), so not
+// bit-identical; the same error distribution. Undefined `to` (the default): no rounding, the tiled
+// kernel's exact maths.
 struct FlashRounding {
   at::ScalarType to = at::ScalarType::Undefined;
   [[nodiscard]] bool on() const { return to != at::ScalarType::Undefined; }
