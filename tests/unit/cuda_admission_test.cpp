@@ -11,6 +11,7 @@
 #include "harness/runner/admission.hpp"
 #include "harness/runner/device_memory.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/test_paths.hpp"  // CPBENCH_SOURCE_DIR
 
 using namespace cpbench;
 
@@ -85,18 +86,17 @@ TEST(CudaAdmission, RefusedFromAGivenFreeMemoryFigure) {
   g[0].free_bytes = 100 * kGiB;
   g[3].free_bytes = ref4 * 0.99;
   EXPECT_EQ(refusal(s4, g), "");
-  // Four ranks sharing one GPU 1 % short of their sum: refused, the largest cp that fits proposed.
+  // Four ranks sharing one GPU 1 % short of their sum: refused; at S = 16384 a smaller cp only moves the
+  // reference rank's share up, so the key is named.
   const double free1 = gpu_bytes(s4, s4.cases[0], 1)[0] * 0.99;
   const std::string shared = refusal(s4, gpus(1, free1 / kGiB));
   EXPECT_TRUE(contains(shared, "case load_balanced/ring/cp4/causal/float64: its ranks on GPU 0")) << shared;
-  int64_t fit = 0;
-  for (int64_t cp = 3; cp >= 1 && fit == 0; --cp) {
-    CaseSpec c = s4.cases[0];
-    c.cp = cp;
-    if (gpu_bytes(s4, c, 1)[0] <= free1) fit = cp;
-  }
-  EXPECT_GE(fit, 1);
-  EXPECT_TRUE(contains(shared, "cp <= " + std::to_string(fit) + " fits")) << shared;
+  EXPECT_TRUE(contains(shared, "batch.seq_len = 16384 drives it")) << shared;
+  // A short sequence, where each rank's CUDA context dominates: the largest cp that fits is proposed.
+  const ScenarioSpec small = cuda_scenario("{seq_len: 512}", "{sharder: load_balanced, transport: ring, cp: 4}");
+  const double free_small = gpu_bytes(small, small.cases[0], 1)[0] - 0.5 * kCudaRuntimeBytes;
+  const std::string fewer = refusal(small, gpus(1, free_small / kGiB));
+  EXPECT_TRUE(contains(fewer, "cp <= 3 fits")) << fewer;
   // Nothing fits: the key that drives it; one term beyond the GPU's total: the key alone.
   const std::string none = refusal(s, gpus(4, 0.5));
   EXPECT_TRUE(contains(none, "batch.seq_len = 16384 drives it")) << none;
@@ -109,6 +109,15 @@ TEST(CudaAdmission, RefusedFromAGivenFreeMemoryFigure) {
   EXPECT_EQ(refusal(s, gpus(4, ref4 * 1.01 / kGiB), 4, 4), "");
   // device: cpu or no GPU: nothing to check here.
   EXPECT_EQ(refusal(s, {}), "");
+}
+
+// The GPU check's scenarios (scripts/gpu-check.sh) fit one H200 (their shared cases on one GPU) or
+// eight (gpu_nccl_multi at cp = the GPUs): admission never refuses the first GPU session's check.
+TEST(CudaAdmission, ShippedGpuScenariosAreAdmittedOnH200s) {
+  for (const char* name : {"gpu_shared", "gpu_shared_hybrid", "gpu_routes", "gpu_throughput", "gpu_nccl_multi"}) {
+    const ScenarioSpec s = load_scenario(std::string(CPBENCH_SOURCE_DIR) + "/scenarios/" + name + ".yaml");
+    EXPECT_EQ(refusal(s, gpus(std::string(name) == "gpu_nccl_multi" ? 8 : 1, 135)), "") << name;
+  }
 }
 
 TEST(CudaAdmission, ChildOutputRoundTrips) {
