@@ -82,6 +82,8 @@ json to_json(const RunResult& r) {
   if (!r.peak.flops_source.empty() || !r.peak.link_source.empty())
     j["peak"] = {{"flops", r.peak.flops}, {"flops_source", r.peak.flops_source},
                  {"link_bandwidth", r.peak.link_bandwidth}, {"link_source", r.peak.link_source}};
+  if (!r.peak.route_flops.empty()) j["peak"]["route_flops"] = r.peak.route_flops;
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   if (!r.timeline.empty()) {
     json tl = {{"clock", r.timeline.clock}, {"ranks", json::array()}};
     for (const auto& rt : r.timeline.ranks) tl["ranks"].push_back(to_json(rt));
@@ -187,7 +189,10 @@ RunResult run_result_from_json(const json& j) {
   if (j.contains("peak")) {
     const json& p = j.at("peak");
     r.peak = {p.value("flops", 0.0), p.value("flops_source", ""), p.value("link_bandwidth", 0.0),
-              p.value("link_source", "")};
+              p.value("link_source", ""), p.value("route_flops", std::map<std::string, double>{})};
+  }
+  if (j.contains("warnings")) {
+    r.warnings = j.at("warnings").get<std::vector<std::string>>();
   }
   if (j.contains("timeline")) r.timeline = timeline_from_json(j.at("timeline"));  // schema 3
   return r;

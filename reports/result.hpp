@@ -113,6 +113,9 @@ struct PeakRecord {
   std::string flops_source;   // "table: H200 bf16 dense", "probe: CPU float32 GEMM", "measure.peak_flops"
   double link_bandwidth = 0;  // B/s per rank and direction of the link the CP group uses (0: unknown)
   std::string link_source;
+  // FLOP/s per rank of attention blocks on each kernel route (route name -> ceiling), for a GPU in the
+  // peak table (harness/runner/device_peaks.hpp route_peak_flops); empty: every route's is `flops`.
+  std::map<std::string, double> route_flops;
 };
 
 // One interval of a rank's timed step, relative to the step's common start (every rank of the CP group
@@ -153,6 +156,9 @@ struct RunResult {
   std::string status = "ok";  // ok | skipped | failed
   std::string reason;         // why skipped / failed
   std::string outcome;        // match | mismatch (empty when the check did not run)
+  // What a reader should know that does not fail the case (e.g. an all-reduce's busbw above the
+  // link's per-direction rate, which NCCL's in-switch reduction reaches): one line each.
+  std::vector<std::string> warnings;
   std::vector<TensorError> errors;
   std::vector<Metric> metrics;
   std::vector<RankStats> ranks;

@@ -15,6 +15,7 @@
 #include "harness/cli/ab_command.hpp"
 #include "harness/cli/layout_command.hpp"
 #include "harness/cli/plan_command.hpp"
+#include "harness/runner/device_memory.hpp"
 #include "harness/runner/sweep.hpp"
 #include "reports/compare.hpp"
 #include "reports/json_report.hpp"
@@ -142,6 +143,9 @@ int main(int argc, char** argv) {
   rank_cmd->add_option("--progress-total", rank_opts.progress_total);
   rank_cmd->add_option("--elapsed-before", rank_opts.elapsed_before_s);
 
+  auto* device_memory_cmd = app.add_subcommand("_device_memory", "internal: free / total memory of each visible GPU");
+  device_memory_cmd->group("");  // hidden
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -152,6 +156,10 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);
+    if (*device_memory_cmd) {
+      std::cout << cpbench::format_gpu_memory(cpbench::query_gpu_memory());
+      return 0;
+    }
     if (*compare_cmd) {
       compare_opts.threshold = compare_threshold / 100.0;
       compare_opts.max_noise = compare_max_noise / 100.0;

@@ -61,14 +61,14 @@ const MemoryTerm* RankMemory::largest_keyed() const {
   return best;
 }
 
-RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double runtime_bytes, bool reference_rank) {
-  RankMemory m;
+namespace {
+// The terms of a rank's tensors (the header's model, all but the runtime), added to `m`: host memory on
+// the CPU, device memory on CUDA.
+void add_tensor_terms(const ScenarioSpec& s, const CaseSpec& c, bool reference_rank, RankMemory& m) {
   auto add = [&](std::string what, std::string key, double bytes) {
     m.terms.push_back({std::move(what), std::move(key), bytes});
     m.total += bytes;
   };
-  add("LibTorch runtime", "", runtime_bytes);
-  if (s.device == DeviceKind::cuda) return m;
 
   const auto& md = s.model;
   const double B = static_cast<double>(s.batch.batch_size), S = static_cast<double>(s.batch.seq_len);
@@ -186,7 +186,36 @@ RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double
   } else {
     add("attention activations and communication", tokens, B * attention_guess);
   }
+}
+}  // namespace
+
+RankMemory estimate_rank_memory(const ScenarioSpec& s, const CaseSpec& c, double runtime_bytes, bool reference_rank) {
+  RankMemory m;
+  m.terms.push_back({"LibTorch runtime", "", runtime_bytes});
+  m.total += runtime_bytes;
+  if (s.device == DeviceKind::cuda) return m;  // its tensors live on the GPU: estimate_device_memory
+  add_tensor_terms(s, c, reference_rank, m);
   return m;
+}
+
+RankMemory estimate_device_memory(const ScenarioSpec& s, const CaseSpec& c, bool reference_rank) {
+  RankMemory m;
+  m.terms.push_back({"CUDA context and library workspaces", "", kCudaRuntimeBytes});
+  m.total += kCudaRuntimeBytes;
+  add_tensor_terms(s, c, reference_rank, m);
+  return m;
+}
+
+std::vector<double> gpu_bytes(const ScenarioSpec& s, const CaseSpec& c, int64_t gpus, int64_t local_ranks) {
+  const bool joined = local_ranks > 0;
+  const int64_t n = joined ? local_ranks : c.world_size();
+  std::vector<double> need(static_cast<size_t>(std::max<int64_t>(1, gpus)), 0.0);
+  const double ref = estimate_device_memory(s, c, true).total, other = estimate_device_memory(s, c, false).total;
+  // device_choice.hpp: local rank r computes on GPU r % gpus; spawned, global rank r is cp-rank r % cp.
+  // Joined, which local ranks are cp-rank 0 is not known here: each counts as one.
+  for (int64_t r = 0; r < n; ++r)
+    need[static_cast<size_t>(r % static_cast<int64_t>(need.size()))] += !joined && r % c.cp != 0 ? other : ref;
+  return need;
 }
 
 double case_local_bytes(const ScenarioSpec& s, const CaseSpec& c, double runtime_bytes) {
@@ -311,6 +340,71 @@ void admit(const ScenarioSpec& s, const std::vector<CaseSpec>& cases, const Host
              format_bytes(l.runtime_bytes) + " of it), but only " + format_bytes(l.available_bytes) +
              " is available (MemAvailable); " + advice + across);
     }
+  }
+  if (refused > 1) first += " (and " + std::to_string(refused - 1) + " more case" + (refused > 2 ? "s" : "") + ")";
+  if (refused > 0) throw UsageError("admission refused: " + first);
+}
+
+void admit_device(const ScenarioSpec& s, const std::vector<CaseSpec>& cases, const std::vector<GpuMemory>& gpus,
+                  int64_t local_ranks, int64_t job_world_size) {
+  if (s.device != DeviceKind::cuda || gpus.empty()) return;
+  const bool joined = local_ranks > 0;
+  const auto n = static_cast<int64_t>(gpus.size());
+  std::string first;
+  int64_t refused = 0;
+  auto refuse = [&](const std::string& line) {
+    if (first.empty()) first = line;
+    ++refused;
+  };
+  // The GPU a case fills most, against its free memory: its index, or -1 when every one fits.
+  auto worst_gpu = [&](const CaseSpec& x) {
+    const std::vector<double> need = gpu_bytes(s, x, n, local_ranks);
+    int64_t worst = -1;
+    double worst_ratio = 1.0;
+    for (int64_t g = 0; g < n; ++g) {
+      const double ratio = need[static_cast<size_t>(g)] / std::max(1.0, gpus[static_cast<size_t>(g)].free_bytes);
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
+        worst = g;
+      }
+    }
+    return worst;
+  };
+  for (const auto& c : cases) {
+    if (joined && job_world_size > 0 && c.world_size() != job_world_size) continue;  // skipped there
+    const RankMemory ref = estimate_device_memory(s, c, true);
+    // Absurd sizes: one term alone beyond the largest GPU's memory.
+    double largest = 0;
+    for (const auto& g : gpus) largest = std::max(largest, g.total_bytes);
+    const MemoryTerm* big = ref.largest_keyed();
+    if (big && big->bytes > largest) {
+      refuse(s.file + ": " + big->key + ": " + key_value(s, big->key) + " is too large for this GPU: the " + big->what +
+             " alone needs ~" + format_bytes(big->bytes) + " on the rank running the reference, " + gpus.front().name +
+             " has " + format_bytes(largest) + "; larger W runs under torchrun or SLURM across nodes (README: Limits)");
+      continue;
+    }
+    const int64_t g = worst_gpu(c);
+    if (g < 0) continue;
+    const std::vector<double> need = gpu_bytes(s, c, n, local_ranks);
+    int64_t fit = 0;
+    if (!joined)
+      for (int64_t cp = c.cp - 1; cp >= 1 && fit == 0; --cp) {
+        CaseSpec smaller = c;
+        smaller.cp = cp;
+        if (worst_gpu(smaller) < 0) fit = cp;
+      }
+    const GpuMemory& gm = gpus[static_cast<size_t>(g)];
+    std::string advice;
+    if (fit > 0)
+      advice = "cp <= " + std::to_string(fit) + " fits; ";
+    else if (big)
+      advice = big->key + " = " + key_value(s, big->key) + " drives it (" + big->what + ": ~" + format_bytes(big->bytes) +
+               " on the rank running the reference); ";
+    refuse(s.file + ": case " + c.name() + ": its ranks on GPU " + std::to_string(g) + " need ~" +
+           format_bytes(need[static_cast<size_t>(g)]) + " of device memory (~" + format_bytes(ref.total) +
+           " for the rank running the reference, CUDA context " + format_bytes(kCudaRuntimeBytes) + " of it), but " +
+           gm.name + " " + std::to_string(g) + " has " + format_bytes(gm.free_bytes) + " free (cudaMemGetInfo); " +
+           advice + "larger W runs under torchrun or SLURM across nodes (README: Limits)");
   }
   if (refused > 1) first += " (and " + std::to_string(refused - 1) + " more case" + (refused > 2 ? "s" : "") + ")";
   if (refused > 0) throw UsageError("admission refused: " + first);

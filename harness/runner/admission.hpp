@@ -36,7 +36,9 @@
 //                own buffers: harness/model/ssm_cp_costs.hpp), B x that, at most 2 chunks per document.
 // The attention terms (weights, the S x S reference, block scores, the planner's attention
 // activations) count the attention layers only.
-// device: cuda cases count the runtime only (their tensors live on the GPU).
+// device: cuda cases count the runtime only in host memory; their tensors live on the GPU, where the
+// same terms (all but the runtime) plus kCudaRuntimeBytes are checked against each GPU's free memory
+// (admit_device), the ranks sharing a GPU summed and the reference counted on cp-rank 0's.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -91,6 +93,35 @@ inline constexpr double kRankRuntimeFloorBytes = 176.0 * 1024 * 1024;
 // external launcher started them), only cases of world size `job_world_size` count.
 void admit(const ScenarioSpec& scenario, const std::vector<CaseSpec>& cases, const HostLimits& limits,
            int64_t local_ranks = 0, int64_t job_world_size = 0);
+
+// device: cuda. The CUDA context, cuBLAS / NCCL workspaces and the caching allocator's slack of one
+// rank: an allowance, not a measurement (a context alone is ~0.5 GiB on an H100 with lazy loading).
+inline constexpr double kCudaRuntimeBytes = 1024.0 * 1024 * 1024;
+
+// One rank's device memory for case `c` (bytes): kCudaRuntimeBytes and the tensor terms above.
+[[nodiscard]] RankMemory estimate_device_memory(const ScenarioSpec& scenario, const CaseSpec& c, bool reference_rank);
+
+// The device memory each of `gpus` GPUs holds for case `c` (bytes, one entry per GPU): local rank r
+// on GPU r % gpus (device_choice.hpp); spawned (`local_ranks` 0: all cp x dp ranks here), cp-rank 0 of
+// each DP replica (rank % cp == 0) with its reference; joined (`local_ranks` > 0 of the job here),
+// every local rank counted as a reference rank.
+[[nodiscard]] std::vector<double> gpu_bytes(const ScenarioSpec& scenario, const CaseSpec& c, int64_t gpus,
+                                            int64_t local_ranks = 0);
+
+// One visible CUDA device as admission sees it (harness/runner/device_memory.hpp asks cudaMemGetInfo).
+struct GpuMemory {
+  std::string name;        // "NVIDIA H200"
+  double free_bytes = 0;   // cudaMemGetInfo free
+  double total_bytes = 0;  // cudaMemGetInfo total
+};
+
+// device: cuda admission, a plain function of the GPUs' free memory: throws UsageError with one line
+// naming the first case whose ranks on some GPU (gpu_bytes) need more than its free memory, or one of
+// whose terms alone exceeds the largest GPU's total (naming the scenario key), with what fits (the
+// largest cp) and how many more cases cannot. No-op for device: cpu or no GPU. `local_ranks` /
+// `job_world_size` as admit().
+void admit_device(const ScenarioSpec& scenario, const std::vector<CaseSpec>& cases, const std::vector<GpuMemory>& gpus,
+                  int64_t local_ranks = 0, int64_t job_world_size = 0);
 
 // "1.5 GiB"
 [[nodiscard]] std::string format_bytes(double bytes);

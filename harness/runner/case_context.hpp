@@ -30,6 +30,11 @@ struct RankRuntime {
   int64_t slow_case = -1;
   int slow_rank = -1;
   double slow_fraction = 0;
+  // The CPBENCH_FAULT=slowref test hook: on case slowref_case, rank slowref_rank (a cp-rank 0) sleeps
+  // slowref_s after its references, before the others may start the step (-1: no case).
+  int64_t slowref_case = -1;
+  int slowref_rank = -1;
+  double slowref_s = 0;
 };
 
 struct CaseContext {

@@ -210,6 +210,31 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   if (got.loss.defined()) add("loss", got.loss.item<double>(), "nats");
 }
 
+namespace {
+// Collectives whose busbw may exceed the link's per-direction rate on a correct run: NCCL's NVLS
+// (NVSwitch in-switch reduction) sends each rank's data once and reduces it in the switch, so an
+// all-reduce's busbw (nccl-tests' factor 2 (n-1)/n) reaches up to twice the per-direction link rate,
+// and a reduce-scatter's can pass it. Above the link: a warning; above kInSwitchFactor x the link:
+// impossible still.
+bool in_switch_reducible(const std::string& collective) {
+  return collective == "all_reduce" || collective == "reduce_scatter";
+}
+constexpr double kInSwitchFactor = 2.0;
+}  // namespace
+
+double attention_ceiling(const RunResult& res) {
+  // The fastest route the ranks' blocks ran on bounds the rank's attention rate (its time is spent on
+  // those routes only); ranks without route counts or a peak without per-route ceilings: `flops`.
+  double ceiling = 0;
+  for (const auto& rank : res.ranks)
+    for (const auto& [route, blocks] : rank.kernel_blocks) {
+      if (blocks <= 0 || route == "skipped") continue;
+      const auto it = res.peak.route_flops.find(route);
+      ceiling = std::max(ceiling, it == res.peak.route_flops.end() ? res.peak.flops : it->second);
+    }
+  return ceiling > 0 ? ceiling : res.peak.flops;
+}
+
 std::string impossible_rates(const RunResult& res) {
   const auto value = [&](const char* name) {
     const Metric* m = res.metric(name);
@@ -217,21 +242,40 @@ std::string impossible_rates(const RunResult& res) {
   };
   if (res.peak.flops > 0) {
     const double attn = value("attention_computed_tflops_per_s_max") * 1e12;
-    if (attn > res.peak.flops)
+    const double attn_peak = attention_ceiling(res);
+    const std::string routes = attn_peak != res.peak.flops ? ", the fastest route its blocks ran on" : "";
+    if (attn > attn_peak)
       return "impossible rate: attention computed " + sci(attn) + " FLOP/s on one rank, above the peak " +
-             sci(res.peak.flops) + " FLOP/s (" + res.peak.flops_source + "): the run measured something else";
+             sci(attn_peak) + " FLOP/s (" + res.peak.flops_source + routes + "): the run measured something else";
+    // The model's matrix products run at `flops`, its attention at up to the routes' ceiling.
     const double model = value("model_tflops_per_s_per_rank") * 1e12;
-    if (model > res.peak.flops)
-      return "impossible rate: model " + sci(model) + " FLOP/s per rank, above the peak " + sci(res.peak.flops) +
+    const double model_peak = std::max(res.peak.flops, attn_peak);
+    if (model > model_peak)
+      return "impossible rate: model " + sci(model) + " FLOP/s per rank, above the peak " + sci(model_peak) +
              " FLOP/s (" + res.peak.flops_source + "): the run measured something else";
   }
   if (res.peak.link_bandwidth > 0)
-    for (const auto& cb : res.collectives)
-      if (cb.busbw > res.peak.link_bandwidth)
+    for (const auto& cb : res.collectives) {
+      const double limit = res.peak.link_bandwidth * (in_switch_reducible(cb.collective) ? kInSwitchFactor : 1.0);
+      if (cb.busbw > limit)
         return "impossible bandwidth: " + cb.collective + " of " + std::to_string(cb.bytes) + " B at busbw " +
-               sci(cb.busbw) + " B/s, above the link's nominal " + sci(res.peak.link_bandwidth) + " B/s (" +
-               res.peak.link_source + "): the run measured something else";
+               sci(cb.busbw) + " B/s, above " + (limit > res.peak.link_bandwidth ? "twice " : "") +
+               "the link's nominal " + sci(res.peak.link_bandwidth) + " B/s (" + res.peak.link_source +
+               "): the run measured something else";
+    }
   return "";
+}
+
+std::vector<std::string> rate_warnings(const RunResult& res) {
+  std::vector<std::string> out;
+  if (res.peak.link_bandwidth > 0)
+    for (const auto& cb : res.collectives)
+      if (in_switch_reducible(cb.collective) && cb.busbw > res.peak.link_bandwidth &&
+          cb.busbw <= kInSwitchFactor * res.peak.link_bandwidth)
+        out.push_back(cb.collective + " of " + std::to_string(cb.bytes) + " B at busbw " + sci(cb.busbw) +
+                      " B/s, above the link's per-direction " + sci(res.peak.link_bandwidth) + " B/s (" +
+                      res.peak.link_source + "): possible only with in-switch reduction (NCCL NVLS on NVSwitch)");
+  return out;
 }
 
 }  // namespace cpbench

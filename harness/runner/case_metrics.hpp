@@ -62,9 +62,20 @@ void record_outcome(const CaseSpec& c, RunResult& res);
 void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std::vector<RankSummary>& ranks,
                     const Outputs& got, double reference_s, RunResult& res);
 
-// Why the result's rates are impossible on its hardware ("" if they are not): an achieved FLOP/s above
-// res.peak.flops (the fastest rank's computed attention FLOPs over its attention compute time, or the
-// model FLOP/s per rank), or a collective's busbw above res.peak.link_bandwidth. Names both numbers.
+// The ceiling of a rank's attention FLOP/s: the largest res.peak.route_flops of the routes any rank's
+// blocks ran on (res.ranks' kernel_blocks; fp32 attention on CUDA runs on tensor cores, above the
+// CUDA-core fp32 peak), else res.peak.flops.
+[[nodiscard]] double attention_ceiling(const RunResult& res);
+
+// Why the result's rates are impossible on its hardware ("" if they are not): the fastest rank's
+// computed attention FLOPs over its attention compute time above attention_ceiling; the model FLOP/s
+// per rank above the larger of res.peak.flops and that ceiling; a collective's busbw above
+// res.peak.link_bandwidth, or for all_reduce / reduce_scatter (in-switch reduction) above twice it.
+// Names both numbers.
 [[nodiscard]] std::string impossible_rates(const RunResult& res);
+
+// What is possible but worth a line (RunResult::warnings): an all_reduce / reduce_scatter busbw above
+// the link's per-direction rate and within twice it (NCCL NVLS's in-switch reduction on NVSwitch).
+[[nodiscard]] std::vector<std::string> rate_warnings(const RunResult& res);
 
 }  // namespace cpbench

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "harness/runner/case_metrics.hpp"
 #include "harness/runner/comm_bench.hpp"
@@ -94,6 +95,38 @@ int64_t ranks_per_gpu(const CaseContext& x, const RankRuntime& rt) {
 
 }  // namespace
 
+std::string reference_key(int64_t case_index, int64_t dp_index, const char* what) {
+  return detail::concat("reference/case", case_index, "/dp", dp_index, "/", what);
+}
+
+void signal_reference(RankRuntime& rt, const CaseSpec& c, int64_t dp_index, const char* what, const std::string& value) {
+  rt.store->set(reference_key(c.index, dp_index, what), std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+void wait_for_reference(RankRuntime& rt, const ScenarioSpec& s, const CaseSpec& c, int64_t dp_index, int64_t cp_rank) {
+  // Two waits: that cp-rank 0 reached its references within timeout_s (a rank that died or hung before
+  // them fails the case as fast as a collective would), then that it finished them within
+  // reference_timeout_s. Only then does this rank enqueue the step's first collective, whose own
+  // timeout (and NCCL's watchdog, which times a collective from its enqueue) is timeout_s.
+  const auto wait = [&](const char* what, int64_t seconds, const char* key_name) {
+    const std::string key = reference_key(c.index, dp_index, what);
+    try {
+      rt.store->wait({key}, std::chrono::milliseconds(seconds * 1000));
+    } catch (const std::exception& e) {
+      throw Error(detail::concat(c.name(), ": cp-rank ", cp_rank, " (rank ", rt.rank, ") waited ", seconds, " s (",
+                                 key_name, ") for cp-rank 0 to ",
+                                 std::string(what) == kReferenceStarted ? "start" : "finish",
+                                 " its single-rank references: it died, hung, or needs a larger ", key_name));
+    }
+    return rt.store->get(key);
+  };
+  (void)wait(kReferenceStarted, s.timeout_s, "timeout_s");
+  const std::vector<uint8_t> done = wait(kReferenceDone, s.reference_timeout_s, "reference_timeout_s");
+  const std::string status(done.begin(), done.end());
+  CP_CHECK(status == "ok", c.name(), ": cp-rank 0's single-rank references ", status, " (seen on cp-rank ", cp_rank,
+           ", rank ", rt.rank, ")");
+}
+
 RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   const auto start = std::chrono::steady_clock::now();
   ScopedRankContext rank_context(rt.rank, rt.world_size);
@@ -107,9 +140,21 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
 
   References ref;
   if (x.cp_rank == 0) {
-    // The group's other ranks only wait for this rank's reference: it may use their cores meanwhile.
-    const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
-    ref = run_references(x);
+    if (c.cp > 1) signal_reference(rt, c, x.dp_index, kReferenceStarted, "1");
+    try {
+      // The group's other ranks only wait for this rank's reference: it may use their cores meanwhile.
+      const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
+      ref = run_references(x);
+      if (c.index == rt.slowref_case && rt.rank == rt.slowref_rank)
+        std::this_thread::sleep_for(std::chrono::duration<double>(rt.slowref_s));
+    } catch (const std::exception& e) {
+      // The others stop waiting at once, naming why, instead of after reference_timeout_s.
+      if (c.cp > 1) signal_reference(rt, c, x.dp_index, kReferenceDone, std::string("failed: ") + e.what());
+      throw;
+    }
+    if (c.cp > 1) signal_reference(rt, c, x.dp_index, kReferenceDone, "ok");
+  } else {
+    wait_for_reference(rt, s, c, x.dp_index, x.cp_rank);
   }
   if (x.cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(x.device.index());
 
@@ -164,9 +209,11 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     measure_collectives(x.comm, x.comm.device().value_or(at::Device(at::kCPU)), res.collectives);
   }
   const std::string gpu = x.cuda ? std::string(at::cuda::getDeviceProperties(x.device.index())->name) : "";
+  const double gpu_memory =
+      x.cuda ? static_cast<double>(at::cuda::getDeviceProperties(x.device.index())->totalGlobalMem) : 0.0;
   const auto peaks = [&](bool again) {
     return rank_peaks(c.dtype, x.cuda, gpu, ranks_per_gpu(x, rt), x.cp_pg->kind() == comm::BackendKind::nccl,
-                      s.measure.peak_flops, again);
+                      s.measure.peak_flops, again, gpu_memory);
   };
   res.peak = peaks(false);
 
@@ -185,6 +232,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       record_metrics(x, m, ranks, got, ref.seconds, res);
       why = impossible_rates(res);
     }
+    res.warnings = rate_warnings(res);
     const std::string routes = route_mismatch(c, res);
     if (!routes.empty()) why += (why.empty() ? "" : "; ") + routes;
     if (!why.empty()) {

@@ -18,6 +18,17 @@ namespace cpbench {
 // the other ranks may be out of step).
 [[nodiscard]] RunResult run_case(const ScenarioSpec& scenario, const CaseSpec& c, RankRuntime& rt);
 
+// The reference hand-off through the run's store (rt.store), so that the CP group's other ranks do not
+// wait for cp-rank 0's single-rank references inside the step's first collective (on timeout_s): cp-rank
+// 0 of DP replica dp_index sets reference/case<i>/dp<d>/started as it begins them and .../done ("ok", or
+// "failed: <why>") after; the others wait for started on timeout_s, then for done on
+// reference_timeout_s, and throw naming the key and the rank if either passes or done is not "ok".
+inline constexpr const char* kReferenceStarted = "started";
+inline constexpr const char* kReferenceDone = "done";
+[[nodiscard]] std::string reference_key(int64_t case_index, int64_t dp_index, const char* what);
+void signal_reference(RankRuntime& rt, const CaseSpec& c, int64_t dp_index, const char* what, const std::string& value);
+void wait_for_reference(RankRuntime& rt, const ScenarioSpec& s, const CaseSpec& c, int64_t dp_index, int64_t cp_rank);
+
 // Axes recorded for a case in the report.
 [[nodiscard]] RunResult result_skeleton(const ScenarioSpec& scenario, const CaseSpec& c);
 

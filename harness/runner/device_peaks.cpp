@@ -9,20 +9,42 @@
 namespace cpbench {
 
 const std::vector<DevicePeak>& device_peak_table() {
-  // NVIDIA datasheets, dense tensor-core figures (the sparse ones are twice these).
+  // Dense figures (the datasheets print the tensor-core ones with 2:4 sparsity, twice these): NVIDIA's
+  // A100 datasheet (SXM 80 GB); the H100 datasheet's SXM, PCIe and NVL columns (nvidia.com/en-us/
+  // data-center/h100, "Technical Specifications": e.g. PCIe BF16 1,513 sparse -> 756, NVL 1,671 ->
+  // 835); the H200 page's SXM and NVL columns (nvidia.com/en-us/data-center/h200: NVL BF16 1,671 ->
+  // 835, FP32 60, TF32 835 -> 417); GH200 = the H100 SXM's compute with its own HBM; the HGX B200
+  // spec's per-GPU figures. NVLink per direction is half the printed bidirectional figure (PCIe and
+  // NVL parts: their NVLink bridge, 600 GB/s on H100, 900 GB/s on H200 NVL).
+  // Order matters: the first entry whose `match` and memory range fit wins ("GH200" before "H200",
+  // "H200 NVL" before "H200", the H100 variants before the bare "H100").
   static const std::vector<DevicePeak> table = {
-      //  name    bf16      fp16      fp32     fp64     HBM B/s   NVLink B/s per direction
-      {"A100", 312e12, 312e12, 19.5e12, 19.5e12, 2.039e12, 300e9},
-      {"H100", 989.4e12, 989.4e12, 66.9e12, 66.9e12, 3.35e12, 450e9},
-      {"H200", 989.4e12, 989.4e12, 66.9e12, 66.9e12, 4.8e12, 450e9},
-      {"B200", 2.25e15, 2.25e15, 75e12, 37e12, 8e12, 900e9},
+      //  name        match       GiB range  bf16     fp16     fp32     fp64     tf32      HBM B/s  NVLink B/s
+      {"A100", "A100", 0, 0, 312e12, 312e12, 19.5e12, 19.5e12, 156e12, 2.039e12, 300e9},
+      {"H100 PCIe", "H100 PCIe", 0, 0, 756e12, 756e12, 51e12, 51e12, 378e12, 2.0e12, 300e9},
+      {"H100 NVL", "H100 NVL", 0, 0, 835e12, 835e12, 60e12, 60e12, 417.5e12, 3.9e12, 300e9},
+      // A bare "NVIDIA H100" with the NVL's 94 GB (the SXM and PCIe parts have 80 GB).
+      {"H100 NVL", "H100", 90, 100, 835e12, 835e12, 60e12, 60e12, 417.5e12, 3.9e12, 300e9},
+      {"GH200 144GB", "GH200", 120, 0, 989.4e12, 989.4e12, 66.9e12, 66.9e12, 494.7e12, 4.9e12, 450e9},
+      {"GH200", "GH200", 0, 0, 989.4e12, 989.4e12, 66.9e12, 66.9e12, 494.7e12, 4.0e12, 450e9},
+      {"H100 SXM", "H100", 0, 0, 989.4e12, 989.4e12, 66.9e12, 66.9e12, 494.7e12, 3.35e12, 450e9},
+      {"H200 NVL", "H200 NVL", 0, 0, 835e12, 835e12, 60e12, 60e12, 417.5e12, 4.8e12, 450e9},
+      {"H200 SXM", "H200", 0, 0, 989.4e12, 989.4e12, 66.9e12, 66.9e12, 494.7e12, 4.8e12, 450e9},
+      {"B200", "B200", 0, 0, 2.25e15, 2.25e15, 75e12, 37e12, 1.1e15, 8e12, 900e9},
   };
   return table;
 }
 
-std::optional<DevicePeak> find_device_peak(const std::string& device_name) {
-  for (const auto& d : device_peak_table())
-    if (device_name.find(d.name) != std::string::npos) return d;
+std::optional<DevicePeak> find_device_peak(const std::string& device_name, double memory_bytes) {
+  const double gib = memory_bytes / (1024.0 * 1024.0 * 1024.0);
+  for (const auto& d : device_peak_table()) {
+    if (device_name.find(d.match) == std::string::npos) continue;
+    // An unknown memory size fits no bounded entry: the name alone decides then.
+    if ((d.min_memory_gib > 0 || d.max_memory_gib > 0) && memory_bytes <= 0) continue;
+    if (d.min_memory_gib > 0 && gib < d.min_memory_gib) continue;
+    if (d.max_memory_gib > 0 && gib >= d.max_memory_gib) continue;
+    return d;
+  }
   return std::nullopt;
 }
 
@@ -36,6 +58,23 @@ double peak_flops(const DevicePeak& d, at::ScalarType dtype) {
       return d.fp32;
     default:
       return d.fp64;
+  }
+}
+
+double route_peak_flops(const DevicePeak& d, kernels::KernelRoute route, at::ScalarType dtype) {
+  using kernels::KernelRoute;
+  const bool low = dtype == at::kBFloat16 || dtype == at::kHalf;
+  switch (route) {
+    case KernelRoute::cuda_flash:
+    case KernelRoute::cuda_flash_window:
+    case KernelRoute::cuda_flash_varlen:
+      return peak_flops(d, low ? dtype : at::kBFloat16);  // flash reads 16-bit inputs only
+    case KernelRoute::cuda_efficient:
+      if (low) return peak_flops(d, dtype);
+      return dtype == at::kFloat ? d.tf32 : peak_flops(d, dtype);
+    default:
+      // The tiled kernel computes in float32 (16-bit inputs) or float64 on CUDA cores.
+      return peak_flops(d, low ? at::kFloat : dtype);
   }
 }
 
@@ -76,14 +115,16 @@ double cpu_copy_probe(bool again) {
 }
 
 PeakRecord rank_peaks(at::ScalarType dtype, bool cuda, const std::string& gpu_name, int64_t ranks_per_gpu, bool nccl,
-                      double measure_peak_flops, bool again) {
+                      double measure_peak_flops, bool again, double gpu_memory_bytes) {
   PeakRecord p;
   const std::string dt = c10::toString(dtype);
   const int64_t sharing = std::max<int64_t>(1, ranks_per_gpu);
   const std::string shared = sharing > 1 ? " / " + std::to_string(sharing) + " ranks sharing it" : "";
   if (cuda) {
-    if (const auto d = find_device_peak(gpu_name)) {
+    if (const auto d = find_device_peak(gpu_name, gpu_memory_bytes)) {
       p.flops = peak_flops(*d, dtype) / static_cast<double>(sharing);
+      for (const kernels::KernelRoute route : kernels::kKernelRoutes)
+        p.route_flops[kernels::to_string(route)] = route_peak_flops(*d, route, dtype) / static_cast<double>(sharing);
       p.flops_source = "table: " + d->name + " " + dt + " dense" + shared;
       if (nccl && sharing == 1) {
         p.link_bandwidth = d->link_bandwidth;

@@ -174,7 +174,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
              {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
-              "measure", "timeout_s", "seed", "share_gpu", "routes", "kernels"});
+              "measure", "timeout_s", "reference_timeout_s", "seed", "share_gpu", "routes", "kernels"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -233,6 +233,8 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
     s.device = device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   }
   if (root["timeout_s"]) s.timeout_s = read_int(c, root["timeout_s"], "timeout_s", 1);
+  if (root["reference_timeout_s"])
+    s.reference_timeout_s = read_int(c, root["reference_timeout_s"], "reference_timeout_s", 1);
   if (root["share_gpu"]) s.share_gpu = read_bool(c, root["share_gpu"], "share_gpu");
   if (root["kernels"]) {
     const std::string k = read_str(c, root["kernels"], "kernels");

@@ -67,6 +67,10 @@ struct ScenarioSpec {
   DeviceKind device = DeviceKind::cpu;
   MeasureSpec measure;
   int64_t timeout_s = 120;     // collective timeout per case, seconds
+  // How long the CP group's other ranks wait for cp-rank 0's single-rank references (a store key set
+  // after them, case_runner.cpp) before the step's first collective, seconds: the references may take
+  // far longer than a collective may wait.
+  int64_t reference_timeout_s = 1800;
   bool share_gpu = false;      // device: cuda with more ranks per node than GPUs: share them over Gloo
   AttentionKernels kernels = AttentionKernels::fused;
   std::vector<CaseSpec> cases;

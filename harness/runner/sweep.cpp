@@ -19,6 +19,7 @@
 
 #include "harness/fs_util.hpp"
 #include "harness/launcher/launcher.hpp"
+#include "harness/runner/device_memory.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/case_runner.hpp"
 #include "harness/runner/machine_state.hpp"
@@ -95,6 +96,7 @@ void progress_line(int64_t done, int64_t total, const RunResult& r, double elaps
     os << "  " << std::fixed << std::setprecision(0) << m->value << " tokens/s";
   if (r.status != "ok" && !r.reason.empty()) os << ": " << r.reason.substr(0, 300);
   if (done < total && done > 0) os << "  (ETA " << fmt_seconds(elapsed / static_cast<double>(done) * static_cast<double>(total - done)) << ")";
+  for (const auto& w : r.warnings) os << "\n  warning: " << w;
   std::cerr << os.str() << std::endl;
 }
 
@@ -124,6 +126,11 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
     rt.slow_case = fault.case_index;
     rt.slow_rank = fault.rank;
     rt.slow_fraction = fault.slow_fraction;
+  }
+  if (fault.kind == "slowref") {
+    rt.slowref_case = fault.case_index;
+    rt.slowref_rank = fault.rank;
+    rt.slowref_s = fault.slowref_s;
   }
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = done_before;
@@ -207,8 +214,9 @@ FaultSpec parse_fault(const std::string& text) {
   FaultSpec f;
   if (text.empty()) return f;
   const std::string what = "CPBENCH_FAULT=\"" + text +
-                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, or slow:CASE:RANK:PERCENT with "
-                           "PERCENT in (0, 1000], CASE a case index and RANK a rank (a test hook, docs/scenarios.md)";
+                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, slow:CASE:RANK:PERCENT with "
+                           "PERCENT in (0, 1000], or slowref:CASE:RANK:SECONDS with SECONDS in (0, 3600], CASE a case "
+                           "index and RANK a rank (a test hook, docs/scenarios.md)";
   std::vector<std::string> parts;
   for (size_t from = 0;;) {
     const size_t colon = text.find(':', from);
@@ -217,7 +225,7 @@ FaultSpec parse_fault(const std::string& text) {
     from = colon + 1;
   }
   f.kind = parts[0];
-  const bool slow = f.kind == "slow";
+  const bool slow = f.kind == "slow" || f.kind == "slowref";
   CP_CHECK_USAGE(f.kind == "crash" || f.kind == "hang" || f.kind == "throw" || slow, what);
   CP_CHECK_USAGE(parts.size() == (slow ? 4u : 3u), what);
   auto number = [&](const std::string& t, int64_t max) {
@@ -237,8 +245,13 @@ FaultSpec parse_fault(const std::string& text) {
     } catch (const std::exception&) {
       pos = 0;
     }
-    CP_CHECK_USAGE(pos == parts[3].size() && pos > 0 && pct > 0 && pct <= 1000, what);
-    f.slow_fraction = pct / 100.0;
+    if (f.kind == "slowref") {
+      CP_CHECK_USAGE(pos == parts[3].size() && pos > 0 && pct > 0 && pct <= 3600, what);
+      f.slowref_s = pct;
+    } else {
+      CP_CHECK_USAGE(pos == parts[3].size() && pos > 0 && pct > 0 && pct <= 1000, what);
+      f.slow_fraction = pct / 100.0;
+    }
   }
   return f;
 }
@@ -264,12 +277,19 @@ int run_command(const RunOptions& o) {
   if (const char* f = std::getenv("CPBENCH_FAULT")) (void)parse_fault(f);  // bad values: exit 2 here, not in a rank
 
   // Admission before anything is started or written (admission.hpp).
+  // device: cuda: the same memory terms against each GPU's free memory, asked of a child process.
+  const auto gpus = [&] {
+    return spec.device == DeviceKind::cuda && torch::cuda::is_available() ? gpu_memory_from_child(comm::self_executable())
+                                                                          : std::vector<GpuMemory>{};
+  };
   if (env) {
     // The local world size the environment gave (torchrun's LOCAL_WORLD_SIZE or SLURM's tasks per node).
     const int local = env->from_slurm || std::getenv("LOCAL_WORLD_SIZE") ? std::max(1, env->local_world_size) : 1;
     admit(spec, cases, host_limits(), local, env->world_size);
+    admit_device(spec, cases, gpus(), local, env->world_size);
   } else {
     admit(spec, cases, host_limits(o.max_local_ranks));
+    admit_device(spec, cases, gpus());
   }
 
   try {
@@ -356,7 +376,9 @@ int run_command(const RunOptions& o) {
         lo.env["OMP_NUM_THREADS"] = std::to_string(std::max<unsigned>(1, std::thread::hardware_concurrency() / world));
         // After one rank fails, give the others a moment to report their own view, then stop them.
         lo.grace = std::chrono::seconds(5);
-        lo.deadline = std::chrono::seconds(spec.timeout_s * static_cast<int64_t>(remaining.size()) + 60);
+        // Each case may also wait for its references (reference_timeout_s) before its collectives.
+        lo.deadline = std::chrono::seconds((spec.timeout_s + spec.reference_timeout_s) *
+                                               static_cast<int64_t>(remaining.size()) + 60);
         comm::LaunchResult lr;
         try {
           lr = comm::launch(lo);

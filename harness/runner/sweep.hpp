@@ -54,13 +54,16 @@ int rank_command(const RankCommandOptions& options);
 // The test hooks, CPBENCH_FAULT="KIND:CASE:RANK" with KIND crash (abort), hang (sleep an hour) or
 // throw (an Error), CASE a case index and RANK a global rank: that rank does KIND when it reaches that
 // case; or "slow:CASE:RANK:PERCENT": each timed step of that case on that rank is lengthened by PERCENT %
-// of its own duration (PERCENT in (0, 1000], proving the regression gate). Unset or empty: no fault.
+// of its own duration (PERCENT in (0, 1000], proving the regression gate); or "slowref:CASE:RANK:SECONDS":
+// that rank, a cp-rank 0, sleeps SECONDS (in (0, 3600]) after its single-rank references (proving that the
+// other ranks wait for them on the store, not on timeout_s). Unset or empty: no fault.
 // Anything else: UsageError naming the variable.
 struct FaultSpec {
   std::string kind;  // "" = none
   int64_t case_index = -1;
   int rank = -1;
   double slow_fraction = 0;  // slow: PERCENT / 100
+  double slowref_s = 0;      // slowref: SECONDS
 };
 [[nodiscard]] FaultSpec parse_fault(const std::string& text);
 

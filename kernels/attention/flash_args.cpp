@@ -204,6 +204,12 @@ std::optional<FlashVarlen> flash_varlen_for(const RowSpans& s) {
 
 std::optional<FlashVarlen> flash_varlen_for(const at::Tensor& block_mask) { return flash_varlen_for(row_spans(block_mask)); }
 
+bool varlen_call_runs(const FlashVarlen& v, int64_t q_heads, int64_t kv_heads) {
+  // The swap also needs no window (varlen causal with max_q == 1 is dropped to none, so always) and
+  // head_dim % 8 == 0 (always, once fused_head_dim padded it): refused on max_q and heads alone.
+  return !(v.max_q == 1 && q_heads > kv_heads);
+}
+
 void attach_flash_args(BlockPlan& plan, int64_t batch, const at::Device& device) {
   if (plan.kind != BlockKind::masked || plan.causal) return;
   // The block's rows' spans, assembled band by band (rows in no band see nothing): never the whole

@@ -77,6 +77,13 @@ struct FlashVarlen {
 [[nodiscard]] std::optional<FlashVarlen> flash_varlen_for(const RowSpans& spans);
 [[nodiscard]] std::optional<FlashVarlen> flash_varlen_for(const at::Tensor& block_mask);  // bool [B, n, m]
 
+// Whether flash's varlen call runs `v` for q_heads query heads over kv_heads key/value heads. With
+// max_q == 1 and GQA (q_heads > kv_heads), torch 2.11's mha_varlen_fwd (flash_api.cpp,
+// seqlenq_ngroups_swapped) reshapes q [total_q, Hq, D] to [segments, Hkv, Hq / Hkv, D], which holds
+// only when every segment has exactly one query: the 0-query segments this module adds make it throw.
+// Such a block is refused here (block_route falls back to the window or memory-efficient route).
+[[nodiscard]] bool varlen_call_runs(const FlashVarlen& v, int64_t q_heads, int64_t kv_heads);
+
 // Decides, once with the plan and on the host, the flash arguments of a masked plan: each masked band's
 // window (MaskBand::window) and the block's varlen segments (BlockPlan::varlen), from the plan's own
 // band masks (its cells; plan_mask on the CPU). Their tensors go to `device`. No-op for unmasked and

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "kernels/attention/flash_args.hpp"
 #include "kernels/attention/flash_calls.hpp"
 #include "sharders/core/check.hpp"
 
@@ -19,6 +20,9 @@ namespace cpbench::kernels {
 namespace {
 
 bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// t [..., D] with D zero-padded to `d` columns (contiguous, as the kernels' aligned rows need).
+at::Tensor pad_head_dim(const at::Tensor& t, int64_t d) { return at::constant_pad_nd(t, {0, d - t.size(-1)}, 0); }
 
 // The non-empty cells of a masked plan, when they are one rectangle of full cells: the block then runs
 // unmasked on rows [r0, r1) x cols [c0, c1) (a head-tail block off the diagonal sees exactly half).
@@ -232,15 +236,22 @@ at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, Kern
   return compute_dtype(input);
 }
 
+int64_t fused_head_dim(KernelRoute route, at::ScalarType dtype, int64_t head_dim) {
+  const bool cuda_fused = route == KernelRoute::cuda_flash || route == KernelRoute::cuda_flash_window ||
+                          route == KernelRoute::cuda_flash_varlen || route == KernelRoute::cuda_efficient;
+  // float32 needs no padding: the memory-efficient kernel has unaligned float32 kernels.
+  return cuda_fused && is_16bit(dtype) ? (head_dim + 7) / 8 * 8 : head_dim;
+}
+
 KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device, int64_t head_dim,
-                        KernelPolicy policy) {
+                        KernelPolicy policy, int64_t q_heads, int64_t kv_heads) {
   if (plan.kind == BlockKind::empty) return KernelRoute::skipped;
   if (policy != KernelPolicy::fused) return KernelRoute::tiled;
   const bool unmasked = plan.kind == BlockKind::full || plan.causal ||
                         (plan.kind == BlockKind::masked && full_rectangle(plan.tiles).has_value());
   if (device.is_cpu()) return dtype == at::kDouble || dtype == at::kFloat ? KernelRoute::cpu_flash : KernelRoute::tiled;
   if (!device.is_cuda() || dtype == at::kDouble) return KernelRoute::tiled;
-  const bool flash = is_16bit(dtype) && head_dim % 8 == 0 && head_dim <= 256;
+  const bool flash = is_16bit(dtype) && fused_head_dim(KernelRoute::cuda_flash, dtype, head_dim) <= 256;
   if (unmasked && flash) return KernelRoute::cuda_flash;
   if (flash && plan.kind == BlockKind::masked) {
     // Flash's own mask arguments (attach_flash_args): windows when they cover every masked band, else
@@ -252,7 +263,7 @@ KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::D
       else every = false;
     }
     if (some && every) return KernelRoute::cuda_flash_window;
-    if (plan.varlen) return KernelRoute::cuda_flash_varlen;
+    if (plan.varlen && varlen_call_runs(*plan.varlen, q_heads, kv_heads)) return KernelRoute::cuda_flash_varlen;
     if (some) return KernelRoute::cuda_flash_window;
   }
   return KernelRoute::cuda_efficient;
@@ -277,6 +288,18 @@ int64_t routed_pairs(const BlockPlan& plan, KernelRoute route, int64_t batch) {
 BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                            double scale, KernelRoute route, BlockNumerics numerics) {
   if (route == KernelRoute::tiled) return block_forward(q, k, v, plan, scale, numerics.rounding);
+  const int64_t dc =
+      numerics.call_head_dim > 0 ? numerics.call_head_dim : fused_head_dim(route, q.scalar_type(), q.size(3));
+  if (route != KernelRoute::skipped && dc != q.size(3)) {
+    // Zero columns of q and k add nothing to q.k (the scale is the caller's, of the true head dim), and
+    // v's give out zero columns, sliced off.
+    BlockNumerics padded = numerics;
+    padded.call_head_dim = dc;
+    BlockOutput r = routed_forward(pad_head_dim(q, dc), pad_head_dim(k, dc), pad_head_dim(v, dc), plan, scale, route,
+                                   padded);
+    r.out = r.out.narrow(3, 0, v.size(3)).contiguous();
+    return r;
+  }
   const auto cd = compute_dtype(q.scalar_type());
   const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = v.size(3);
   if (route == KernelRoute::skipped)
@@ -324,6 +347,18 @@ BlockGrads routed_backward(const at::Tensor& dout, const at::Tensor& q, const at
     // FA2 computes D = rowsum(dO * O) from the 16-bit O it is given.
     const at::Tensor ds = numerics.rounding.on() ? (dout_c * numerics.rounding(out.to(cd))).sum(-1) : dsum;
     return block_backward(dout_c, q, k, v, lse, ds, plan, scale, numerics.rounding);
+  }
+  const int64_t dc =
+      numerics.call_head_dim > 0 ? numerics.call_head_dim : fused_head_dim(route, q.scalar_type(), q.size(3));
+  if (route != KernelRoute::skipped && dc != q.size(3)) {
+    // The forward's padding: dout and out padded with zeros keep rowsum(dout * out); dq, dk, dv of the
+    // zero columns are sliced off.
+    BlockNumerics padded = numerics;
+    padded.call_head_dim = dc;
+    BlockGrads g = routed_backward(pad_head_dim(dout, dc), pad_head_dim(q, dc), pad_head_dim(k, dc),
+                                   pad_head_dim(v, dc), pad_head_dim(out, dc), lse, dsum, plan, scale, route, padded);
+    const int64_t d = q.size(3);
+    return {g.dq.narrow(3, 0, d).contiguous(), g.dk.narrow(3, 0, d).contiguous(), g.dv.narrow(3, 0, d).contiguous()};
   }
   const auto cd = compute_dtype(q.scalar_type());
   if (route == KernelRoute::skipped)

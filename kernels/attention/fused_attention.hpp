@@ -7,7 +7,7 @@
 //   cpu_flash       at::_scaled_dot_product_flash_attention_for_cpu (+ _backward); float64, float32
 //                   (CPU computes 16-bit inputs in float32); takes an additive mask
 //   cuda_flash      at::_scaled_dot_product_flash_attention (+ _backward); bfloat16 / float16,
-//                   head_dim % 8 == 0 and <= 256; no mask (diagonal causal or fully visible blocks)
+//                   head_dim <= 256 (zero-padded to a multiple of 8); no mask (diagonal causal or fully visible blocks)
 //   cuda_flash_window  at::_flash_attention_forward (+ _backward) with window_size_left / right,
 //                   band by band (flash_args.hpp FlashWindow: shifted-causal and sliding-window bands);
 //                   a masked band no window expresses runs on cuda_efficient, a full band on flash
@@ -15,7 +15,7 @@
 //                   one call (flash_args.hpp FlashVarlen: document masks)
 //   cuda_efficient  at::_scaled_dot_product_efficient_attention (+ _backward); float32 / 16-bit;
 //                   takes an additive bias (masked blocks neither flash route expresses, float32 ones)
-// The flash routes need 16-bit inputs and head_dim % 8 == 0, <= 256; the window and varlen arguments
+// The flash routes need 16-bit inputs and head_dim <= 256 (padded to a multiple of 8, fused_head_dim); the window and varlen arguments
 // are decided on the host with the plan (attach_flash_args, PlanCache on CUDA), so the CPU routes and
 // CPU plans are untouched.
 // Per plan: a diagonal causal block (BlockPlan::causal) runs with is_causal; a fully visible block
@@ -48,6 +48,9 @@ struct BlockNumerics {
   // trip is paid (lse stays in the compute dtype). Full and causal blocks on one kernel call only;
   // every other block comes back in the compute dtype as before.
   bool kernel_dtype_out = false;
+  // The head dim the fused kernel is called with, q, k, v zero-padded to it and the results sliced
+  // back (0: fused_head_dim of the route; a CPU test passes one to prove the padding on cpu_flash).
+  int64_t call_head_dim = 0;
 };
 
 enum class KernelRoute { skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window, cuda_flash_varlen, cuda_efficient };
@@ -61,12 +64,23 @@ inline constexpr std::array<KernelRoute, 7> kKernelRoutes{
 // fused policy (flash / efficient read bfloat16 / float16 directly).
 [[nodiscard]] at::ScalarType kernel_dtype(at::ScalarType input, const at::Device& device, KernelPolicy policy);
 
-// The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`. On CUDA with
-// flash's dtypes and head dims: cuda_flash when unmasked; cuda_flash_window when every masked band has
-// a window; else cuda_flash_varlen when the block has varlen segments; else cuda_flash_window when some
-// band has a window; else cuda_efficient.
+// The head dim `route`'s kernel is called with for inputs of `dtype` (a kernel_dtype) with `head_dim`:
+// on the CUDA fused routes, 16-bit inputs are zero-padded to a multiple of 8 (flash's head-dim rule;
+// the memory-efficient kernel's 16-bit kernels need 8-element aligned rows, else "query is not
+// correctly aligned (strideM)"), as SDPA pads them; else head_dim. routed_forward / routed_backward pad
+// q, k, v (and dout, out) to it and slice the results back; the softmax scale stays the caller's
+// (1/sqrt of the original head_dim), and zero columns add nothing to q.k, out, dq, dk or dv.
+[[nodiscard]] int64_t fused_head_dim(KernelRoute route, at::ScalarType dtype, int64_t head_dim);
+
+// The route a block with `plan` takes for inputs of `dtype` (a kernel_dtype) on `device`, with
+// `head_dim` and q_heads over kv_heads (1, 1: no GQA). On CUDA with flash's dtypes and head dims
+// (16-bit, fused_head_dim <= 256): cuda_flash when unmasked; cuda_flash_window when every masked band
+// has a window; else cuda_flash_varlen when the block has varlen segments its call runs
+// (flash_args.hpp varlen_call_runs: not max_q == 1 with GQA); else cuda_flash_window when some band
+// has a window; else cuda_efficient.
 [[nodiscard]] KernelRoute block_route(const BlockPlan& plan, at::ScalarType dtype, const at::Device& device,
-                                      int64_t head_dim, KernelPolicy policy);
+                                      int64_t head_dim, KernelPolicy policy, int64_t q_heads = 1,
+                                      int64_t kv_heads = 1);
 
 // (query, key) pairs `route` evaluates for a block with `plan` of `batch` rows, summed over the batch
 // (per head): 0 skipped; the plan's computed_pairs on the tiled route and for full or causal blocks on
@@ -78,6 +92,8 @@ inline constexpr std::array<KernelRoute, 7> kKernelRoutes{
 // One block through `route` (from block_route). q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] in the
 // kernel dtype. Returns out [B, Hq, Sq, D] and lse [B, Hq, Sq] in the compute dtype; rows outside the
 // plan: out 0, lse -inf. Not differentiable (call from a custom autograd Function).
+// numerics.call_head_dim: the head dim the kernel is called with (0: fused_head_dim; a CPU test passes
+// one to prove the padding on cpu_flash).
 [[nodiscard]] BlockOutput routed_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const BlockPlan& plan, double scale, KernelRoute route,
                                          BlockNumerics numerics = {});

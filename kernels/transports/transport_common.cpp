@@ -78,7 +78,8 @@ at::ScalarType TransportState::kernel_dtype(const at::Tensor& q) const {
 }
 
 KernelRoute TransportState::route(int src, const at::Tensor& q_kernel) const {
-  return block_route(plan(src), q_kernel.scalar_type(), q_kernel.device(), shape.head_dim, policy);
+  return block_route(plan(src), q_kernel.scalar_type(), q_kernel.device(), shape.head_dim, policy, shape.q_heads,
+                     shape.kv_heads);
 }
 
 BlockNumerics TransportState::numerics(at::ScalarType input, bool single_block) const {

@@ -146,7 +146,9 @@ std::vector<RouteCounts> case_routes(const ScenarioSpec& s, const CaseSpec& c, c
     for (int src = 0; src < cache->world(); ++src) {
       kernels::BlockPlan p = cache->plan(src);
       if (device.is_cuda()) kernels::attach_flash_args(p, cache->batch(), at::kCPU);
-      const auto route = kernels::block_route(p, kdt, device, s.model.head_dim(), kernels::KernelPolicy::fused);
+      // The model's heads: a head-parallel call has fewer of each, GQA where the model has it.
+      const auto route = kernels::block_route(p, kdt, device, s.model.head_dim(), kernels::KernelPolicy::fused,
+                                              s.model.heads, s.model.kv_heads);
       routes[static_cast<size_t>(r)][kernels::to_string(route)] += 1;
     }
   }

@@ -207,6 +207,63 @@ TEST(Gpu, FlashWindowAndVarlenRoutesMatchTheTiledKernel) {
   }
 }
 
+// A 16-bit head dim that is no multiple of 8 (12) on every CUDA fused route: q, k, v zero-padded to 16
+// and the results sliced back (fused_head_dim), the scale 1/sqrt(12); against the tiled kernel, forward
+// and backward, bf16 and fp16, GQA. The memory-efficient kernel rejects the unpadded call ("query is
+// not correctly aligned (strideM)"). The routes are the CPU-proven ones (FusedTransport.CudaRouteRule,
+// FlashArgs.GpuTestBlocksTakeTheFlashRoutes); the padding's maths FusedBlock.PaddedHeadDim... proves.
+TEST(Gpu, HeadDimNotAMultipleOf8RunsPadded) {
+  const int64_t D = 12;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto blocks = gpu_cases::flash_route_blocks(D);
+  const MaskSpec causal = MaskSpec::parse("causal");
+  const TokenMeta diag_meta = causal_meta(1, 256, at::kCPU);
+  gpu_cases::FlashRouteBlock diag{"diagonal causal", make_plan_cache(causal, diag_meta, diag_meta, 0, 1, at::kCPU)->plan(0),
+                                  kernels::KernelRoute::skipped, kernels::KernelRoute::cuda_flash, 1, 256, 256};
+  const auto pos = at::arange(256, at::kLong).unsqueeze(0);
+  const TokenMeta even{pos * 2, at::zeros_like(pos), at::zeros_like(pos), at::ones_like(pos, at::kBool)};
+  const TokenMeta odd{pos * 2 + 1, at::zeros_like(pos), at::zeros_like(pos), at::ones_like(pos, at::kBool)};
+  gpu_cases::FlashRouteBlock striped{"striped (bias, a row sees nothing)", kernels::plan_block(causal, even, odd),
+                                     kernels::KernelRoute::skipped, kernels::KernelRoute::cuda_efficient, 1, 256, 256};
+  blocks.push_back(std::move(diag));
+  blocks.push_back(std::move(striped));
+  for (auto& b : blocks) {
+    b.route = kernels::block_route(b.plan, at::kBFloat16, at::Device(at::kCUDA, 0), D, kernels::KernelPolicy::fused, 8, 2);
+    ASSERT_EQ(b.route, b.expected) << b.name;
+  }
+  REQUIRE_CUDA();  // the plans and routes above are host work
+  const at::Device cuda(at::kCUDA, 0);
+  for (const auto dt : {at::kBFloat16, at::kHalf}) {
+    for (const auto& blk : blocks) {
+      kernels::BlockPlan plan = gpu_cases::plan_on(blk.plan, cuda);
+      kernels::attach_band_masks(plan, blk.batch, cuda);
+      at::manual_seed(3);
+      const auto o = at::TensorOptions().dtype(dt).device(cuda);
+      const at::Tensor q = at::randn({blk.batch, 8, blk.sq, D}, o), k = at::randn({blk.batch, 2, blk.sk, D}, o),
+                       v = at::randn({blk.batch, 2, blk.sk, D}, o), dout = at::randn({blk.batch, 8, blk.sq, D}, o);
+      const auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+      const auto want = kernels::block_forward(f32(q), f32(k), f32(v), plan, scale);
+      const auto got = kernels::routed_forward(q, k, v, plan, scale, blk.route);
+      const auto rel = [](const at::Tensor& a, const at::Tensor& w) {
+        const at::Tensor fin = at::isfinite(w);
+        return ((a.masked_fill(~fin, 0) - w.masked_fill(~fin, 0)).abs().max() / w.masked_fill(~fin, 0).abs().max().clamp_min(1))
+            .item<double>();
+      };
+      const double tol = 3e-2;
+      const std::string what = blk.name + " " + kernels::to_string(blk.route) + " " + c10::toString(dt);
+      ASSERT_EQ(got.out.sizes(), want.out.sizes()) << what;
+      EXPECT_LT(rel(got.out, want.out), tol) << what;
+      EXPECT_LT(rel(got.lse, want.lse), tol) << what;
+      const at::Tensor dsum = (f32(dout) * want.out).sum(-1);
+      const auto gw = kernels::block_backward(f32(dout), f32(q), f32(k), f32(v), want.lse, dsum, plan, scale);
+      const auto gg = kernels::routed_backward(dout, q, k, v, want.out, want.lse, dsum, plan, scale, blk.route);
+      EXPECT_LT(rel(gg.dq, gw.dq), tol) << what << " dq";
+      EXPECT_LT(rel(gg.dk, gw.dk), tol) << what << " dk";
+      EXPECT_LT(rel(gg.dv, gw.dv), tol) << what << " dv";
+    }
+  }
+}
+
 // A step's attention (3 layers, forward and backward) with the step's plans built beforehand runs
 // without one host synchronization: CUDA's sync-debug mode set to error throws on any. Causal (no
 // mask), documents and a sliding window (masked bands: their masks travel with the plans), over

@@ -261,7 +261,8 @@ TEST(FlashArgs, RoutesAndPairs) {
                 p.kind == BlockKind::empty ? KernelRoute::skipped : KernelRoute::cpu_flash);
       if (p.kind != BlockKind::masked || p.causal) continue;
       EXPECT_EQ(kernels::block_route(p, at::kFloat, cuda, 64, kernels::KernelPolicy::fused), KernelRoute::cuda_efficient);
-      EXPECT_EQ(kernels::block_route(p, at::kBFloat16, cuda, 12, kernels::KernelPolicy::fused), KernelRoute::cuda_efficient);
+      EXPECT_EQ(kernels::block_route(p, at::kBFloat16, cuda, 12, kernels::KernelPolicy::fused), r)
+          << "a head dim of 12 runs padded to 16 on the same route";
       if (r == KernelRoute::cuda_flash_window) ++windows;
       if (r == KernelRoute::cuda_flash_varlen) {
         ++varlens;
@@ -275,9 +276,45 @@ TEST(FlashArgs, RoutesAndPairs) {
   EXPECT_GE(varlens, 1);
 }
 
+// flash's varlen call swaps q to [segments, Hkv, Hq / Hkv, D] when max_q == 1 with GQA, which the
+// 0-query segments break: such a block is refused and falls back; with one query head per kv head, or
+// more than one query in a segment, the varlen route stays.
+TEST(FlashArgs, VarlenRefusesOneQuerySegmentsWithGqa) {
+  const at::Device cuda(at::kCUDA, 0);
+  // Three queries of three documents (the third's keys are not in this block), keys of documents 0, 1, 3.
+  const auto meta = [](std::vector<int64_t> pos, std::vector<int64_t> doc) {
+    const at::Tensor p = at::tensor(pos, at::kLong).unsqueeze(0);
+    return TokenMeta{p, at::zeros_like(p), at::tensor(doc, at::kLong).unsqueeze(0), at::ones_like(p, at::kBool)};
+  };
+  BlockPlan plan = kernels::plan_block(MaskSpec::parse("document"), meta({5, 3, 7}, {0, 1, 2}),
+                                       meta({0, 1, 0, 1, 0, 1}, {0, 0, 1, 1, 3, 3}));
+  ASSERT_EQ(plan.kind, BlockKind::masked);
+  kernels::attach_flash_args(plan, 1, at::kCPU);
+  ASSERT_TRUE(plan.varlen.has_value()) << "documents: varlen segments";
+  EXPECT_EQ(plan.varlen->max_q, 1);
+  EXPECT_LT(plan.varlen->cu_q.back(), static_cast<int32_t>(plan.varlen->cu_q.size() - 1))
+      << "fewer queries than segments: flash's swapped reshape cannot hold";
+  for (const auto& band : plan.bands) EXPECT_FALSE(band.masked && band.window) << "no window expresses it";
+  EXPECT_FALSE(kernels::varlen_call_runs(*plan.varlen, 8, 2));
+  EXPECT_TRUE(kernels::varlen_call_runs(*plan.varlen, 8, 8));
+  EXPECT_EQ(kernels::block_route(plan, at::kBFloat16, cuda, 64, kernels::KernelPolicy::fused, 8, 2),
+            KernelRoute::cuda_efficient);
+  EXPECT_EQ(kernels::block_route(plan, at::kBFloat16, cuda, 64, kernels::KernelPolicy::fused, 8, 8),
+            KernelRoute::cuda_flash_varlen);
+  // A real document block has segments of many queries: GQA keeps the varlen route.
+  for (const BlockPlan& p : real_plans("contiguous", "document", 1, 512, {150, 230, 132})) {
+    if (!p.varlen) continue;
+    EXPECT_GT(p.varlen->max_q, 1);
+    EXPECT_EQ(kernels::block_route(p, at::kBFloat16, cuda, 64, kernels::KernelPolicy::fused, 8, 2),
+              KernelRoute::cuda_flash_varlen);
+  }
+}
+
 // The GPU test's blocks, route choice and arguments, built here as there.
 TEST(FlashArgs, GpuTestBlocksTakeTheFlashRoutes) {
-  const auto blocks = gpu_cases::flash_route_blocks(64);
+  // Head dim 64, and 12 (Gpu.HeadDimNotAMultipleOf8RunsPadded: the same routes, padded to 16).
+  for (const int64_t d : {64, 12}) {
+  const auto blocks = gpu_cases::flash_route_blocks(d);
   ASSERT_EQ(blocks.size(), 3u);
   for (const auto& b : blocks) {
     EXPECT_EQ(b.route, b.expected) << b.name << ": " << kernels::to_string(b.route);
@@ -290,6 +327,7 @@ TEST(FlashArgs, GpuTestBlocksTakeTheFlashRoutes) {
       const at::Tensor m = kernels::plan_mask(b.plan, b.batch, 0, b.plan.tiles.rows, 0, b.plan.tiles.cols, at::kCPU);
       EXPECT_TRUE(v.empty_rows.equal(m.any(-1).logical_not())) << b.name;
     }
+  }
   }
 }
 

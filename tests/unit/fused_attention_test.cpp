@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -146,6 +147,39 @@ TEST_P(FusedBlock, EveryCpuRouteEqualsTheTiledKernel) {
   EXPECT_GE(n_trim, 1);
 }
 
+// A head dim the CUDA 16-bit kernels cannot take (12) runs zero-padded to 16 and sliced back
+// (fused_head_dim): the padding itself, proven on cpu_flash called with 16 columns, equals the tiled
+// kernel on the 12 true ones, forward and backward, with the true head dim's scale 1/sqrt(12).
+TEST_P(FusedBlock, PaddedHeadDimEqualsTheTiledKernel) {
+  const at::ScalarType dt = GetParam();
+  const double tol = dt == at::kDouble ? 1e-10 : 2e-5;
+  const int64_t D = 12, padded = 16;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (const Block& b : blocks()) {
+    const BlockPlan plan = plan_of(b);
+    at::manual_seed(5);
+    const int64_t B = b.q.batch(), sq = b.q.tokens(), sk = b.k.tokens();
+    const auto o = at::TensorOptions().dtype(dt);
+    const at::Tensor q = at::randn({B, 4, sq, D}, o), k = at::randn({B, 2, sk, D}, o), v = at::randn({B, 2, sk, D}, o);
+    const at::Tensor dout = at::randn({B, 4, sq, D}, o);
+    const auto want = kernels::block_forward(q, k, v, plan, scale);
+    const auto got = kernels::routed_forward(q, k, v, plan, scale, KernelRoute::cpu_flash,
+                                             kernels::BlockNumerics{{}, false, padded});
+    ASSERT_EQ(got.out.sizes(), want.out.sizes()) << b.name;
+    expect_close(got.out, want.out, tol, b.name + " out (padded)");
+    expect_close(got.lse, want.lse, tol, b.name + " lse (padded)");
+    const at::Tensor dsum = (dout * want.out).sum(-1);
+    const auto gw = kernels::block_backward(dout, q, k, v, want.lse, dsum, plan, scale);
+    const auto gg =
+        kernels::routed_backward(dout, q, k, v, want.out, want.lse, dsum, plan, scale, KernelRoute::cpu_flash,
+                                 kernels::BlockNumerics{{}, false, padded});
+    ASSERT_EQ(gg.dk.sizes(), gw.dk.sizes()) << b.name;
+    expect_close(gg.dq, gw.dq, tol, b.name + " dq (padded)");
+    expect_close(gg.dk, gw.dk, tol, b.name + " dk (padded)");
+    expect_close(gg.dv, gw.dv, tol, b.name + " dv (padded)");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedBlock, ::testing::Values(at::kDouble, at::kFloat),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
@@ -276,7 +310,16 @@ TEST(FusedTransport, CudaRouteRule) {
   const BlockPlan diag = make_plan_cache(causal, m, m, 0, 1, at::kCPU)->plan(0);
   ASSERT_TRUE(diag.causal);
   EXPECT_EQ(kernels::block_route(diag, at::kBFloat16, cuda, 128, KernelPolicy::fused), KernelRoute::cuda_flash);
-  EXPECT_EQ(kernels::block_route(diag, at::kBFloat16, cuda, 12, KernelPolicy::fused), KernelRoute::cuda_efficient);
+  // 16-bit head dims that are no multiple of 8 run padded to one (issue 28): flash while <= 256 padded.
+  EXPECT_EQ(kernels::block_route(diag, at::kBFloat16, cuda, 12, KernelPolicy::fused), KernelRoute::cuda_flash);
+  EXPECT_EQ(kernels::block_route(diag, at::kHalf, cuda, 250, KernelPolicy::fused), KernelRoute::cuda_flash);
+  EXPECT_EQ(kernels::block_route(diag, at::kBFloat16, cuda, 260, KernelPolicy::fused), KernelRoute::cuda_efficient);
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::cuda_flash, at::kBFloat16, 12), 16);
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::cuda_efficient, at::kHalf, 20), 24);
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::cuda_flash_varlen, at::kBFloat16, 64), 64);
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::cuda_efficient, at::kFloat, 12), 12) << "float32 has unaligned kernels";
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::cpu_flash, at::kBFloat16, 12), 12);
+  EXPECT_EQ(kernels::fused_head_dim(KernelRoute::tiled, at::kBFloat16, 12), 12);
   EXPECT_EQ(kernels::block_route(diag, at::kFloat, cuda, 128, KernelPolicy::fused), KernelRoute::cuda_efficient);
   EXPECT_EQ(kernels::block_route(diag, at::kDouble, cuda, 128, KernelPolicy::fused), KernelRoute::tiled);
   const BlockPlan striped = kernels::plan_block(causal, meta(at::arange(128) * 2, 1), meta(at::arange(128) * 2 + 1, 1));

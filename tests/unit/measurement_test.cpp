@@ -150,7 +150,7 @@ TEST(Ceilings, AnImpossibleRateFailsNamingBothNumbers) {
 
 TEST(Ceilings, DeviceTableAndRankPeaks) {
   ASSERT_TRUE(find_device_peak("NVIDIA H200").has_value());
-  EXPECT_EQ(find_device_peak("NVIDIA H100 80GB HBM3")->name, "H100");
+  EXPECT_EQ(find_device_peak("NVIDIA H100 80GB HBM3")->name, "H100 SXM");
   EXPECT_EQ(find_device_peak("NVIDIA A100-SXM4-80GB")->name, "A100");
   EXPECT_FALSE(find_device_peak("Tesla T4").has_value());
   // A misconfigured run's 1 937 TFLOP/s on an H200 is twice its bf16 peak.
