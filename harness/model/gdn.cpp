@@ -37,7 +37,7 @@ namespace {
 
 // Channels of `proj` ([q | k | v | z | b | a]) that rank r of W runs: its key heads' q and k, its value
 // heads' v, b and a. With `conv_coords`, the same channels of conv1d ([q | k | v]) without b and a.
-std::vector<int64_t> rank_channels(const GdnConfig& c, int64_t W, int64_t r, bool conv_coords) {
+std::vector<int64_t> gdn_rank_channels(const GdnConfig& c, int64_t W, int64_t r, bool conv_coords) {
   const int64_t Hk = c.key_heads, Hv = c.value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
   const int64_t hk = Hk >= W ? Hk / W : 1, k0 = Hk >= W ? r * hk : r / (W / Hk);
   const int64_t hv = Hv / W, v0 = r * hv;
@@ -55,21 +55,21 @@ std::vector<int64_t> rank_channels(const GdnConfig& c, int64_t W, int64_t r, boo
   return idx;
 }
 
-void set_head_parallel_indices(GdnStepContext& ctx, const GdnConfig& c, int64_t W, int64_t r,
+void set_gdn_head_indices(GdnStepContext& ctx, const GdnConfig& c, int64_t W, int64_t r,
                                const at::Device& device) {
   std::vector<int64_t> send;
   for (int64_t q = 0; q < W; ++q) {
-    const auto ch = rank_channels(c, W, q, false);
+    const auto ch = gdn_rank_channels(c, W, q, false);
     send.insert(send.end(), ch.begin(), ch.end());
   }
   std::vector<int64_t> heads;
   for (int64_t i = 0; i < c.value_heads / W; ++i) heads.push_back(r * (c.value_heads / W) + i);
   ctx.send_channels = ssm_host_tensor(send, device);
-  ctx.conv_channels = ssm_host_tensor(rank_channels(c, W, r, true), device);
+  ctx.conv_channels = ssm_host_tensor(gdn_rank_channels(c, W, r, true), device);
   ctx.value_heads = ssm_host_tensor(heads, device);
 }
 
-GdnCpShape layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
+GdnCpShape gdn_layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
   GdnCpShape s;
   s.batch = rows;
   s.seq_len = seq_len;
@@ -84,11 +84,11 @@ GdnCpShape layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, int64_
   return s;
 }
 
-at::ScalarType compute_dtype(at::ScalarType st) {
+at::ScalarType gdn_compute_dtype(at::ScalarType st) {
   return (st == at::kBFloat16 || st == at::kHalf) ? at::kFloat : st;
 }
 
-at::Tensor l2_normalize(const at::Tensor& x) { return x * at::rsqrt((x * x).sum(-1, true) + 1e-6); }
+at::Tensor gdn_l2_normalize(const at::Tensor& x) { return x * at::rsqrt((x * x).sum(-1, true) + 1e-6); }
 
 }  // namespace
 
@@ -97,8 +97,8 @@ GdnStepContext single_rank_gdn_context(const TokenMeta& meta, const MaskSpec& ma
   GdnStepContext ctx;
   ctx.chunk = config.chunk;
   ctx.plan = make_ssm_plan(meta, mask.same_document(), config.conv, dtype, device);
-  set_head_parallel_indices(ctx, config, 1, 0, device);
-  ctx.shape = layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
+  set_gdn_head_indices(ctx, config, 1, 0, device);
+  ctx.shape = gdn_layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
   return ctx;
 }
 
@@ -113,7 +113,7 @@ GdnStepContext cp_gdn_context(const comm::Communicator& comm, const GlobalLayout
   CP_CHECK(all_meta.tokens() == g.padded_seq_len && g.cp == comm.size(), "gdn: gathered metadata has ",
            all_meta.tokens(), " tokens per row for a ", g.layout, " stream of ", g.padded_seq_len, " over cp ", g.cp,
            ", the communicator has ", comm.size(), " ranks");
-  ctx.shape = layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
+  ctx.shape = gdn_layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
   if (options.strategy == GdnCpStrategy::state_passing) {
     auto sp = make_state_passing_plan(g, all_meta, mask.same_document(), config.conv, comm.rank(), dtype, device,
                                       options.drop_incoming_state);
@@ -125,7 +125,7 @@ GdnStepContext cp_gdn_context(const comm::Communicator& comm, const GlobalLayout
   }
   const std::string why = config.cp_unsupported_reason(comm.size());
   CP_CHECK(why.empty(), "gdn: ", why, " (rank ", comm.rank(), ")");
-  set_head_parallel_indices(ctx, config, comm.size(), comm.rank(), device);
+  set_gdn_head_indices(ctx, config, comm.size(), comm.rank(), device);
   std::vector<int64_t> rank_order;
   rank_order.reserve(static_cast<size_t>(g.padded_seq_len));
   for (const auto& r : g.ranks) rank_order.insert(rank_order.end(), r.begin(), r.end());
@@ -147,9 +147,9 @@ GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, cons
   GdnScanInputs in;
   // Value head i reads key head i / (hv / hk): each key head's q and k repeated for its value heads.
   const int64_t per_key = hv / hk;
-  in.q = (l2_normalize(x.narrow(2, 0, kd).reshape({R, L, hk, dk})) / std::sqrt(static_cast<double>(dk)))
+  in.q = (gdn_l2_normalize(x.narrow(2, 0, kd).reshape({R, L, hk, dk})) / std::sqrt(static_cast<double>(dk)))
              .repeat_interleave(per_key, 2);
-  in.k = l2_normalize(x.narrow(2, kd, kd).reshape({R, L, hk, dk})).repeat_interleave(per_key, 2);
+  in.k = gdn_l2_normalize(x.narrow(2, kd, kd).reshape({R, L, hk, dk})).repeat_interleave(per_key, 2);
   in.v = x.narrow(2, 2 * kd, hv * dv).reshape({R, L, hv, dv});
   // Pad slots get g = beta = 0: the state passes them unchanged.
   const at::Tensor keep = valid.to(ct).unsqueeze(-1);
@@ -162,7 +162,7 @@ at::Tensor gdn_gated_norm(const at::Tensor& o, const at::Tensor& z, const at::Te
   const int64_t R = o.size(0), L = o.size(1), Hv = c.value_heads, dv = c.value_head_dim;
   CP_CHECK(o.dim() == 3 && o.size(2) == Hv * dv && z.sizes() == o.sizes(), "gdn: gated norm of o ",
            shape_str(o.sizes()), " with z ", shape_str(z.sizes()), ", expected [R, L, ", Hv * dv, "]");
-  const at::ScalarType ct = compute_dtype(o.scalar_type());
+  const at::ScalarType ct = gdn_compute_dtype(o.scalar_type());
   const at::Tensor h = o.to(ct).view({R, L, Hv, dv});
   const at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * norm_w.to(ct) *
                        at::silu(z.to(ct).view({R, L, Hv, dv}));
@@ -171,7 +171,7 @@ at::Tensor gdn_gated_norm(const at::Tensor& o, const at::Tensor& z, const at::Te
 
 namespace {
 
-void count_sent(const GdnStepContext& ctx, const at::Tensor& exchanged, int64_t W) {
+void count_gdn_a2a(const GdnStepContext& ctx, const at::Tensor& exchanged, int64_t W) {
   if (ctx.bytes_sent && W > 1) *ctx.bytes_sent += 2 * static_cast<int64_t>(exchanged.nbytes()) / W * (W - 1);
 }
 
@@ -191,14 +191,14 @@ at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params
     nvtx::Range range{ctx.nvtx, "gdn_a2a"};
     const at::Tensor blocks = proj.index_select(2, ctx.send_channels);
     mine = ctx.comm ? all_to_all_autograd(*ctx.comm, blocks, 2, 1, {ctx.nvtx, nullptr}) : blocks;
-    count_sent(ctx, blocks, W);
+    count_gdn_a2a(ctx, blocks, W);
   }
   if (ctx.to_global.defined()) mine = mine.index_select(1, ctx.to_global);
   const int64_t L = mine.size(1);
   CP_CHECK(ctx.plan.rows == R && ctx.plan.length == L, "gdn: the plan covers [", ctx.plan.rows, ", ",
            ctx.plan.length, "], the gathered stream is [", R, ", ", L, "] (rank ", r, ")");
 
-  const at::ScalarType st = proj.scalar_type(), ct = compute_dtype(st);
+  const at::ScalarType st = proj.scalar_type(), ct = gdn_compute_dtype(st);
   const int64_t cc = 2 * hk * dk + hv * dv;
   const at::Tensor xs = mine.narrow(2, 0, cc).to(ct);
   const at::Tensor padded = at::cat({xs, at::zeros({R, 1, cc}, xs.options())}, 1).reshape({R * (L + 1), cc});
@@ -213,7 +213,7 @@ at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params
   if (ctx.to_rank_order.defined()) o = o.index_select(1, ctx.to_rank_order);
   nvtx::Range range{ctx.nvtx, "gdn_a2a"};
   at::Tensor out = ctx.comm ? all_to_all_autograd(*ctx.comm, o, 1, 2, {ctx.nvtx, nullptr}) : o;  // [R, S_local, Hv*dv]
-  count_sent(ctx, o, W);
+  count_gdn_a2a(ctx, o, W);
   CP_CHECK(out.size(1) == S_local && out.size(2) == c.value_dim(), "gdn: output ", shape_str(out.sizes()), " (rank ",
            r, ")");
   return out;

@@ -10,7 +10,7 @@ namespace cpbench {
 
 namespace {
 
-void check_shapes(const char* who, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+void check_gdn_shapes(const char* who, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                   const at::Tensor& beta, const at::Tensor& group, const at::Tensor& initial) {
   CP_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.dim() == 4 && g.dim() == 3 && beta.sizes() == g.sizes() &&
                group.dim() == 2,
@@ -30,10 +30,10 @@ void check_shapes(const char* who, const at::Tensor& q, const at::Tensor& k, con
              v.size(3), "]");
 }
 
-bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+bool gdn_low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
 
 // Zero-extends dim 1 of `t` by `extra` slots at the end (differentiable).
-at::Tensor pad_seq(const at::Tensor& t, int64_t extra) {
+at::Tensor gdn_pad_tokens(const at::Tensor& t, int64_t extra) {
   if (extra == 0) return t;
   std::vector<int64_t> pad(static_cast<size_t>(2 * (t.dim() - 1)), 0);  // from the last dim backwards
   pad.back() = extra;
@@ -45,9 +45,9 @@ at::Tensor pad_seq(const at::Tensor& t, int64_t extra) {
 GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                              const at::Tensor& beta, const at::Tensor& group, int64_t chunk,
                              const at::Tensor& initial) {
-  check_shapes("gdn_chunk_scan", q, k, v, g, beta, group, initial);
+  check_gdn_shapes("gdn_chunk_scan", q, k, v, g, beta, group, initial);
   CP_CHECK(chunk >= 1, "gdn_chunk_scan: chunk must be positive, got ", chunk);
-  if (low_precision(q)) {
+  if (gdn_low_precision(q)) {
     const auto f = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; };
     GdnScanResult r = gdn_chunk_scan(f(q), f(k), f(v), f(g), f(beta), group, chunk, f(initial));
     return {r.o.to(q.scalar_type()), r.final_state};
@@ -62,11 +62,11 @@ GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at:
   const at::Tensor gp = extra ? at::cat({group, group.narrow(1, L - 1, 1).expand({R, extra})}, 1) : group;
   const at::Tensor gc = gp.view({R, 1, nc, Q});  // broadcast over heads
   const auto heads_first = [&](const at::Tensor& t) {  // [R, L, H, d] -> [R, H, nc, Q, d]
-    return pad_seq(t, extra).transpose(1, 2).reshape({R, H, nc, Q, t.size(3)});
+    return gdn_pad_tokens(t, extra).transpose(1, 2).reshape({R, H, nc, Q, t.size(3)});
   };
   const at::Tensor qc = heads_first(q), kc = heads_first(k), vc = heads_first(v);
-  const at::Tensor G = pad_seq(g, extra).transpose(1, 2).reshape({R, H, nc, Q}).cumsum(-1);  // within the chunk
-  const at::Tensor bc = pad_seq(beta, extra).transpose(1, 2).reshape({R, H, nc, Q});
+  const at::Tensor G = gdn_pad_tokens(g, extra).transpose(1, 2).reshape({R, H, nc, Q}).cumsum(-1);  // within the chunk
+  const at::Tensor bc = gdn_pad_tokens(beta, extra).transpose(1, 2).reshape({R, H, nc, Q});
 
   // Inside a chunk: token t sees s <= t of its group, decayed by exp(G_t - G_s).
   const at::Tensor lower = at::ones({Q, Q}, gc.options().dtype(at::kBool)).tril();
@@ -119,7 +119,7 @@ GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at:
 
 GdnScanResult gdn_recurrence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                              const at::Tensor& beta, const at::Tensor& group, const at::Tensor& initial) {
-  check_shapes("gdn_recurrence", q, k, v, g, beta, group, initial);
+  check_gdn_shapes("gdn_recurrence", q, k, v, g, beta, group, initial);
   const int64_t R = q.size(0), L = q.size(1), H = q.size(2), dk = q.size(3), dv = v.size(3);
   at::Tensor S = initial.defined() ? initial.to(q.scalar_type()) : at::zeros({R, H, dk, dv}, q.options());
   std::vector<at::Tensor> os;

@@ -13,7 +13,7 @@ namespace cpbench {
 namespace {
 
 // An all-gather sends its block to W-1 ranks; its backward's reduce-scatter sends W-1 blocks back.
-void count_all_gather(const GdnStepContext& ctx, const at::Tensor& block, int64_t W) {
+void count_gdn_all_gather(const GdnStepContext& ctx, const at::Tensor& block, int64_t W) {
   if (ctx.bytes_sent && W > 1) *ctx.bytes_sent += 2 * (W - 1) * static_cast<int64_t>(block.nbytes());
 }
 
@@ -40,7 +40,7 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
     nvtx::Range range{ctx.nvtx, "gdn_halo"};
     const at::Tensor tails = at::cat({flat, zero}).index_select(0, sp.tail_src);  // [slots*R*(K-1), cc]
     rows.push_back(all_gather_autograd(*ctx.comm, tails, 0));
-    count_all_gather(ctx, tails, W);
+    count_gdn_all_gather(ctx, tails, W);
   }
   rows.push_back(zero);
   const at::Tensor taps = at::cat(rows).index_select(0, sp.local.conv_src).view({R, L, K, cc});
@@ -72,7 +72,7 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
   {
     nvtx::Range range{ctx.nvtx, "gdn_states"};
     all = all_gather_autograd(*ctx.comm, block, 0);  // [W * slots, ...], slot q*slots + j
-    count_all_gather(ctx, block, W);
+    count_gdn_all_gather(ctx, block, W);
   }
   std::vector<at::Tensor> incoming(sp.chunks.size());
   const int64_t last = sp.own_position.empty() ? -1 : *std::max_element(sp.own_position.begin(), sp.own_position.end());

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/model/gdn_state_passing.hpp"
+#include "harness/runner/scenario.hpp"  // dtype_name
 #include "sharders/core/check.hpp"
 #include "tests/unit/gdn_test_util.hpp"
 
@@ -41,7 +42,7 @@ std::vector<std::vector<int64_t>> docs_for(const std::string& layout) {
 GdnConfig test_config() { return GdnConfig{2, 4, 8, 8, 4, 8}; }
 
 Compared check_layer(const LayerCase& k, const GdnConfig& c, bool drop_state = false) {
-  const Stream st = make_stream(k.layout, k.W, docs_for(k.layout));
+  const Laid st = make_stream(k.layout, k.W, docs_for(k.layout));
   const int64_t R = st.meta.batch(), P = st.g.padded_seq_len;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
   const auto o = at::TensorOptions().dtype(at::kDouble);
@@ -125,7 +126,7 @@ TEST(GdnCp, HeadParallelRefusesHeadsThatDoNotSplit) {
   EXPECT_NE(v.find("model.gdn.value_heads 6 is not divisible by cp 4"), std::string::npos) << v;
   const std::string k = GdnConfig{3, 6, 8, 8, 4, 8}.cp_unsupported_reason(2);
   EXPECT_NE(k.find("model.gdn.key_heads 3 and cp 2"), std::string::npos) << k;
-  const Stream st = make_stream("load_balanced", 3, {{60}});
+  const Laid st = make_stream("load_balanced", 3, {{60}});
   EXPECT_THROW((void)run_single(st.meta, GdnConfig{2, 4, 8, 8, 4, 8}, draw_params(GdnConfig{2, 4, 8, 8, 4, 8}, 1),
                                 at::zeros({1, 1, 3}), at::zeros({1, 1, 32}), MaskSpec::parse("causal"), at::kDouble),
                Error)

@@ -55,7 +55,7 @@ TEST(GdnLayer, MatchesTheDefinitionHeadByHead) {
   const GdnConfig c{2, 6, 8, 4, 4, 8};
   const GdnParams p = draw_params(c, 3);
   const at::Tensor proj = random_proj(c, 45, 4);
-  const Stream st = make_stream("contiguous", 1, {{45}});
+  const Laid st = make_stream("contiguous", 1, {{45}});
   const GdnStepContext ctx = single_rank_gdn_context(st.meta, MaskSpec::parse("causal"), c, at::kDouble, at::kCPU);
   const at::Tensor got = gdn_forward(proj, p, c, ctx);
   const at::Tensor want = reference_layer(proj, p, c);
@@ -70,8 +70,8 @@ TEST(GdnLayer, TheStateResetsAtADocumentStart) {
   const GdnParams p = draw_params(c, 7);
   const at::Tensor proj = random_proj(c, 70, 8);
   const MaskSpec doc = MaskSpec::parse("document");
-  const Stream both = make_stream("contiguous", 1, {{30, 40}});
-  const Stream alone = make_stream("contiguous", 1, {{40}});
+  const Laid both = make_stream("contiguous", 1, {{30, 40}});
+  const Laid alone = make_stream("contiguous", 1, {{40}});
   const at::Tensor y = gdn_forward(proj, p, c, single_rank_gdn_context(both.meta, doc, c, at::kDouble, at::kCPU));
   const at::Tensor tail = proj.narrow(1, 30, 40).contiguous();
   const at::Tensor y2 = gdn_forward(tail, p, c, single_rank_gdn_context(alone.meta, doc, c, at::kDouble, at::kCPU));

@@ -26,18 +26,18 @@ namespace cpbench::gdn_test {
 // (tests/unit/ssm_cp_test.cpp says more): turned off before main.
 [[maybe_unused]] inline const int kNoFlightRecorder = ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
 
-struct Stream {
+struct Laid {
   GlobalLayout g;
   TokenMeta meta;  // [R, P] in global order
 };
 
 // Unpacked: one row per entry of `docs` (documents of those lengths), padded by the layout. Packed
 // (thd): one stream of docs[0]'s documents, each padded by the layout.
-inline Stream make_stream(const std::string& layout, int64_t W, const std::vector<std::vector<int64_t>>& docs) {
+inline Laid make_stream(const std::string& layout, int64_t W, const std::vector<std::vector<int64_t>>& docs) {
   const auto lay = make_layout(layout);
   LayoutRequest req;
   req.cp = W;
-  Stream st;
+  Laid st;
   if (lay->packed()) {
     req.doc_lens = docs[0];
     st.g = lay->compute(req);
@@ -92,7 +92,7 @@ struct LayerRun {
 };
 
 // The layer over `st` on W threads, loss = sum(o * wy).
-inline LayerRun run_cp(const Stream& st, const GdnConfig& c, const GdnParams& p64, const at::Tensor& proj,
+inline LayerRun run_cp(const Laid& st, const GdnConfig& c, const GdnParams& p64, const at::Tensor& proj,
                        const at::Tensor& wy, const MaskSpec& mask, at::ScalarType dtype, GdnCpOptions options) {
   const int64_t W = st.g.cp, R = st.meta.batch(), P = st.g.padded_seq_len;
   std::vector<int64_t> rank_order;
