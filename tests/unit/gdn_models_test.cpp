@@ -3,13 +3,15 @@
 // folded into the dense MLP), the shipped models' published numbers, a refused unknown layer type
 // naming the field; the scenario's model.gdn keys, mixer letter G and gdn_cp axis, parsed once into the
 // case, and the refusals before any rank starts; GDN CP's bytes and memory formulas against numbers
-// worked out by hand and their S dependence.
+// worked out by hand and their S dependence; the planner's GDN strategies and admission's GDN terms.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/model/gdn_cp_costs.hpp"
 #include "harness/model/hf_config.hpp"
+#include "harness/planner/plan.hpp"
+#include "harness/runner/admission.hpp"
 #include "harness/runner/scenario.hpp"
 #include "sharders/core/check.hpp"
 
@@ -191,4 +193,60 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   EXPECT_NO_THROW((void)gdn_state_passing_bytes(three));
   for (const auto& n : known_gdn_cp_strategies()) EXPECT_EQ(to_string(*parse_gdn_cp_strategy(n)), n);
   EXPECT_FALSE(parse_gdn_cp_strategy("hidden_parallel").has_value());
+}
+
+TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
+  plan::PlanRequest r;
+  r.model = plan::model_preset("qwen3-next-80b-a3b");
+  r.seq_len = 65536;
+  r.cps = {4, 8};
+  r.cluster = plan::cluster_preset("h100-nvlink");
+  r.sharders = {"contiguous", "load_balanced", "striped"};
+  r.transports = {"allgather"};
+  const plan::Plan p = plan::make_plan(r);
+  int head = 0, passing = 0;
+  for (const auto& c : p.cases) {
+    EXPECT_EQ(c.ssm.mixer, "GDN");
+    head += c.ssm.strategy == "head_parallel";
+    passing += c.ssm.strategy == "state_passing";
+    if (c.sharder == "striped") EXPECT_EQ(c.ssm.strategy, "head_parallel") << "striped cannot pass states";
+    EXPECT_GT(c.ssm.bytes_per_rank, 0);
+  }
+  EXPECT_EQ(head, 6);
+  EXPECT_EQ(passing, 4);
+  EXPECT_FALSE(p.recommendation.ssm_strategy.empty());
+  // State passing's bytes do not grow with S, head parallel's do (x 4 from 64K to 256K).
+  plan::PlanRequest longer = r;
+  longer.seq_len = 4 * 65536;
+  const plan::Plan q = plan::make_plan(longer);
+  for (const auto& c : p.cases)
+    for (const auto& d : q.cases)
+      if (c.cp == d.cp && c.sharder == d.sharder && c.ssm.strategy == d.ssm.strategy) {
+        if (c.ssm.strategy == "state_passing") EXPECT_EQ(d.ssm.bytes_per_rank, c.ssm.bytes_per_rank) << c.sharder;
+        else EXPECT_EQ(d.ssm.bytes_per_rank, 4 * c.ssm.bytes_per_rank) << c.sharder;
+      }
+  plan::PlanRequest bad = r;
+  bad.gdn_strategies = {"hidden_parallel"};
+  try {
+    (void)plan::make_plan(bad);
+    ADD_FAILURE() << "an unknown GDN strategy was planned";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--gdn-cp: unknown GDN CP strategy 'hidden_parallel'"), std::string::npos)
+        << e.what();
+  }
+
+  const ScenarioSpec s = parse_scenario(
+      "model: {preset: tiny-gdn, gdn: {key_heads: 2, value_heads: 4, chunk: 16}}\n"
+      "batch: {seq_len: 4096}\nsweep: {cp: 2, gdn_cp: [head_parallel, state_passing]}\n",
+      "x.yaml");
+  for (const auto& c : s.cases) {
+    const RankMemory m = estimate_rank_memory(s, c, 0, true);
+    bool found = false;
+    for (const auto& t : m.terms)
+      if (t.what == std::string("GDN layers (") + to_string(c.gdn_cp) + ")") {
+        found = true;
+        EXPECT_GT(t.bytes, 0);
+      }
+    EXPECT_TRUE(found) << c.name();
+  }
 }
