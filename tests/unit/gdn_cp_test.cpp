@@ -7,6 +7,8 @@
 // negative control that drops a rank's incoming state.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "harness/model/gdn_state_passing.hpp"
 #include "harness/runner/scenario.hpp"  // dtype_name
 #include "sharders/core/check.hpp"
@@ -131,4 +133,27 @@ TEST(GdnCp, HeadParallelRefusesHeadsThatDoNotSplit) {
                                 at::zeros({1, 1, 3}), at::zeros({1, 1, 32}), MaskSpec::parse("causal"), at::kDouble),
                Error)
       << "a proj of the wrong width";
+}
+
+// W = 8 (nightly: CPBENCH_NIGHTLY=1, ctest label nightly): eight rank threads. Both strategies on every
+// layout that takes them, 8 value heads over 2 key heads (each replicated on 4 ranks), float64 and bf16.
+TEST(GdnCp, EightRanksNightly) {
+  if (!std::getenv("CPBENCH_NIGHTLY")) GTEST_SKIP() << "nightly only (CPBENCH_NIGHTLY=1): eight rank threads";
+  const GdnConfig c{2, 8, 8, 8, 4, 8};
+  for (const auto dtype : {at::kDouble, at::kBFloat16}) {
+    for (const auto& layout : {"contiguous", "load_balanced", "thd", "sdpa_wrap", "workload_balanced"}) {
+      const LayerCase k{layout, 8, "document", dtype};
+      const Compared d = check_layer(k, c);
+      EXPECT_LT(d.worst(), tolerance(dtype)) << label(k) << ": y " << d.y << " dL/dproj " << d.proj_grad
+                                             << " dL/dparams " << d.param_grad;
+    }
+    for (const auto& layout : {"contiguous", "load_balanced", "striped", "thd", "sdpa_wrap", "workload_balanced"}) {
+      const LayerCase k{layout, 8, "causal", dtype, GdnCpStrategy::head_parallel};
+      const Compared d = check_layer(k, c);
+      EXPECT_LT(d.worst(), tolerance(dtype)) << label(k) << ": y " << d.y << " dL/dproj " << d.proj_grad
+                                             << " dL/dparams " << d.param_grad;
+    }
+  }
+  const Compared d = check_layer(LayerCase{"load_balanced", 8, "causal", at::kDouble}, c, /*drop_state=*/true);
+  EXPECT_GT(d.y, 1e3 * tolerance(at::kDouble)) << "the control at W = 8";
 }
