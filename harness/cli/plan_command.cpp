@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "harness/fs_util.hpp"
+#include "harness/model/gdn_cp_costs.hpp"
 #include "harness/model/ssm_cp_costs.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
@@ -17,7 +18,7 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   for (const auto& c : plan::cluster_presets()) clusters += (clusters.empty() ? "" : ", ") + c.name;
   cmd.add_option("--model", o.model,
                  "a Hugging Face config.json (llama, mistral, qwen2, qwen3, nemotron_h, jamba, mamba2), or a "
-                 "shipped one by name: " + models + " (or cpbench's tiny, tiny-hybrid, small)");
+                 "shipped one by name: " + models + " (or cpbench's tiny, tiny-hybrid, tiny-gdn, small)");
   cmd.add_option("--layers", o.layers,
                  "mixer layers (overrides the model; a hybrid keeps its share of attention layers, spread evenly)");
   cmd.add_option("--hidden", o.hidden, "hidden size");
@@ -52,6 +53,11 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   for (const auto& t : known_ssm_cp_strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
   cmd.add_option("--ssm-cp", o.ssm_cp, "SSM CP strategies to plan for models with SSM layers: " + strategies +
                                            " (default: both)")
+      ->delimiter(',');
+  std::string gdn_strategies;
+  for (const auto& t : known_gdn_cp_strategies()) gdn_strategies += (gdn_strategies.empty() ? "" : ", ") + t;
+  cmd.add_option("--gdn-cp", o.gdn_cp, "GDN CP strategies to plan for models with Gated DeltaNet layers: " +
+                                           gdn_strategies + " (default: both)")
       ->delimiter(',');
   cmd.add_option("--ssm-flops", o.ssm_flops, "achieved FLOP/s of the chunked SSM scan per GPU, overrides the cluster");
   cmd.add_option("--kernel", o.kernel,
@@ -103,6 +109,7 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
                ? "sliding_window:" + std::to_string(m.sliding_window)
                : "causal";
   r.ssm_strategies = o.ssm_cp;
+  r.gdn_strategies = o.gdn_cp;
   r.dtype = o.dtype;
   r.kernel = plan::parse_kernel(o.kernel);
   r.pass = plan::parse_pass(o.pass);

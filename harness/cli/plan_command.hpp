@@ -29,6 +29,7 @@ struct PlanCommandOptions {
   std::vector<std::string> sharders;    // empty = planner default
   std::vector<std::string> transports;  // empty = every registered transport
   std::vector<std::string> ssm_cp;      // SSM CP strategies; empty = every one
+  std::vector<std::string> gdn_cp;      // Gated DeltaNet CP strategies; empty = every one
   double ssm_flops = 0;                 // overrides the cluster's
   std::string kernel = "fitted";
   std::string pass = "train";  // train (forward + backward) | forward

@@ -14,10 +14,13 @@ namespace cpbench {
 
 int64_t HfModel::attention_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A')); }
 int64_t HfModel::ssm_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M')); }
+int64_t HfModel::gdn_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'G')); }
 int64_t HfModel::sliding_layers() const { return static_cast<int64_t>(std::count(sliding.begin(), sliding.end(), true)); }
 
 const std::vector<std::string>& known_model_types() {
-  static const std::vector<std::string> all = {"llama", "mistral", "qwen2", "qwen3", "nemotron_h", "jamba", "mamba2"};
+  static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
+                                               "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                                               "qwen3_5_moe_text"};
   return all;
 }
 
@@ -125,6 +128,69 @@ void read_sliding(const Fields& f, HfModel& m) {
   if (m.sliding_layers() == 0) m.sliding_window = 0;
 }
 
+// Qwen3-Next and Qwen3.5's text model: Gated DeltaNet layers interleaved with gated full attention.
+void read_gated_deltanet_hybrid(const Fields& f, HfModel& m) {
+  if (f.has("layer_types")) {
+    const auto& t = f.j["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != m.blocks)
+      f.fail("layer_types", "expected a list of " + std::to_string(m.blocks) + " entries (num_hidden_layers), got " +
+                                f.shown("layer_types"));
+    for (size_t i = 0; i < t.size(); ++i) {
+      const auto& e = t[i];
+      if (e == "linear_attention") m.mixers += 'G';
+      else if (e == "full_attention") m.mixers += 'A';
+      else
+        f.fail("layer_types[" + std::to_string(i) + "]",
+               "'" + (e.is_string() ? e.get<std::string>() : e.dump()) +
+                   "' is not a layer type cpbench models (linear_attention: Gated DeltaNet, full_attention)");
+    }
+  } else {
+    const int64_t interval = f.integer_or("full_attention_interval", 4);
+    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += (i + 1) % interval == 0 ? 'A' : 'G';
+  }
+  if (m.attention_layers() > 0) read_attention(f, m);
+  m.partial_rotary_factor = 0.25;  // transformers' default for these model types
+  const nlohmann::json* rope = f.has("rope_parameters") && f.j["rope_parameters"].is_object() ? &f.j["rope_parameters"]
+                                                                                               : nullptr;
+  if (f.has("partial_rotary_factor")) {
+    m.partial_rotary_factor = f.number_or("partial_rotary_factor", 0.25);
+  } else if (rope && rope->contains("partial_rotary_factor")) {
+    const auto& v = (*rope)["partial_rotary_factor"];
+    if (!v.is_number() || !(v.get<double>() > 0)) f.fail("rope_parameters.partial_rotary_factor", "expected a positive number");
+    m.partial_rotary_factor = v.get<double>();
+  }
+  if (m.partial_rotary_factor > 1) f.fail("partial_rotary_factor", "expected a fraction in (0, 1]");
+  if (rope && rope->contains("rope_theta") && (*rope)["rope_theta"].is_number())
+    m.rope_theta = (*rope)["rope_theta"].get<double>();
+  m.sliding.assign(m.mixers.size(), false);
+  m.mlp_layers = m.blocks;
+  const int64_t experts = f.integer_or("num_experts", 0, 0);
+  if (experts > 0) {
+    m.experts = experts;
+    m.experts_per_token = f.integer("num_experts_per_tok");
+    const int64_t step = f.integer_or("decoder_sparse_step", 1);
+    std::vector<int64_t> dense;
+    if (f.has("mlp_only_layers") && f.j["mlp_only_layers"].is_array())
+      for (const auto& e : f.j["mlp_only_layers"]) dense.push_back(e.is_number_integer() ? e.get<int64_t>() : -1);
+    for (int64_t i = 0; i < m.blocks; ++i)
+      if (std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0) ++m.moe_layers;
+    // The test model has one dense MLP per layer: an MoE layer's per-token work is its routed experts'.
+    m.ffn = m.moe_layers > 0 ? f.integer("moe_intermediate_size") : f.integer("intermediate_size");
+  } else {
+    m.ffn = f.integer("intermediate_size");
+  }
+  if (m.gdn_layers() > 0) {
+    m.gdn.key_heads = f.integer("linear_num_key_heads");
+    m.gdn.value_heads = f.integer("linear_num_value_heads");
+    m.gdn.key_head_dim = f.integer("linear_key_head_dim");
+    m.gdn.value_head_dim = f.integer("linear_value_head_dim");
+    m.gdn.conv = f.integer("linear_conv_kernel_dim");
+    if (m.gdn.value_heads % m.gdn.key_heads != 0)
+      f.fail("linear_num_value_heads", std::to_string(m.gdn.value_heads) + " is not a multiple of linear_num_key_heads " +
+                                           std::to_string(m.gdn.key_heads) + " (value heads share key heads in groups)");
+  }
+}
+
 HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name) {
   if (!j.is_object()) throw UsageError(file + ": expected a JSON object (a Hugging Face config.json)");
   HfModel m;
@@ -140,6 +206,16 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
   const auto& known = known_model_types();
   if (std::find(known.begin(), known.end(), m.model_type) == known.end())
     f.fail("model_type", "'" + m.model_type + "' is not a model_type cpbench reads (known: " + join_names(known) + ")");
+  if (m.model_type == "qwen3_5" || m.model_type == "qwen3_5_moe") {
+    // The multimodal wrapper: the language model is its text_config.
+    if (!f.has("text_config") || !j["text_config"].is_object())
+      f.fail("text_config", "missing (model_type " + m.model_type + " keeps its language model there)");
+    nlohmann::json text = j["text_config"];
+    if (!text.contains("model_type")) text["model_type"] = m.model_type + "_text";
+    HfModel t = parse_json(text, file + ": text_config", name);
+    t.file = file;
+    return t;
+  }
   m.hidden = f.integer("hidden_size");
   m.vocab = f.integer("vocab_size");
   m.blocks = f.integer("num_hidden_layers");
@@ -213,7 +289,10 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
       m.ssm.groups = 1;
       m.ssm.conv = f.integer("mamba_d_conv");
     }
-  } else {  // mamba2
+  } else if (t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text") {
+    read_gated_deltanet_hybrid(f, m);
+    return m;
+  } else if (t == "mamba2") {
     m.mixers.assign(static_cast<size_t>(m.blocks), 'M');
     m.sliding.assign(m.mixers.size(), false);
     m.ssm_kind = "mamba2";
@@ -336,7 +415,8 @@ std::string resample_mixers(const std::string& mixers, int64_t n) {
   if (A > 0 && n >= 1) a = std::max<int64_t>(a, 1);
   if (A < L && n >= 2) a = std::min<int64_t>(a, n - 1);
   a = std::min(a, n);
-  std::string out(static_cast<size_t>(n), A < L ? 'M' : 'A');
+  const auto other = mixers.find_first_not_of('A');
+  std::string out(static_cast<size_t>(n), other == std::string::npos ? 'A' : mixers[other]);
   for (int64_t k = 0; k < a; ++k)
     out[static_cast<size_t>((2 * k + 1) * n / (2 * a))] = 'A';
   return out;

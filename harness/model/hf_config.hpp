@@ -23,6 +23,16 @@
 //                                  state where Mamba-2's is one scalar per head, which changes no size
 //   mamba2                         hidden_size, num_hidden_layers, num_heads, head_dim, state_size,
 //                                  n_groups, conv_kernel, vocab_size, chunk_size (optional); no MLP
+//   qwen3_next, qwen3_5_text,      Gated DeltaNet hybrids: `layer_types` ("linear_attention" = G,
+//   qwen3_5_moe_text               "full_attention" = A; any other entry is refused naming it), else
+//                                  full_attention_interval (default 4: layer i is attention iff
+//                                  (i+1) % interval == 0); linear_num_key_heads, linear_num_value_heads,
+//                                  linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
+//                                  attention as llama with head_dim; partial_rotary_factor (top level or
+//                                  in rope_parameters, default 0.25 as transformers); MoE when
+//                                  num_experts > 0 (moe_intermediate_size, num_experts_per_tok; layers in
+//                                  mlp_only_layers keep a dense MLP of intermediate_size)
+//   qwen3_5, qwen3_5_moe           the multimodal wrapper: its `text_config` object is read as above
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.
@@ -32,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/gdn.hpp"
 #include "harness/model/mamba.hpp"
 
 namespace cpbench {
@@ -42,7 +53,7 @@ struct HfModel {
   std::string model_type;  // llama | mistral | qwen2 | qwen3 | nemotron_h | jamba | mamba2
   int64_t hidden = 0, vocab = 0;
   int64_t blocks = 0;      // num_hidden_layers as the file counts them (Nemotron-H: every M, *, -, E entry)
-  std::string mixers;      // one letter per mixer layer in order: 'A' attention, 'M' SSM (ModelConfig::mixers)
+  std::string mixers;      // one letter per mixer layer in order: 'A' attention, 'M' SSM, 'G' Gated DeltaNet
   int64_t mlp_layers = 0;  // MLP blocks (one per layer, Nemotron-H: its - and E entries, Mamba-2: none)
   int64_t moe_layers = 0;  // of which mixture-of-experts
   int64_t ffn = 0;         // intermediate_size of one (expert) MLP; 0 when the model has none
@@ -56,9 +67,13 @@ struct HfModel {
   SsmConfig ssm;
   int64_t ssm_chunk = 0;
   std::string ssm_kind;  // "mamba2" | "mamba1" (Jamba) | "" (no SSM layer)
+  // Gated DeltaNet layers ('G'); chunk stays the layer's default (config.json does not give one).
+  GdnConfig gdn;
+  double partial_rotary_factor = 1.0;  // the fraction of head_dim RoPE rotates (Qwen3-Next: 0.25)
 
   [[nodiscard]] int64_t attention_layers() const;
   [[nodiscard]] int64_t ssm_layers() const;
+  [[nodiscard]] int64_t gdn_layers() const;
   [[nodiscard]] int64_t sliding_layers() const;
 };
 
@@ -106,7 +121,8 @@ struct ModelOverrides {
 
 // `mixers` resampled to `n` layers keeping its proportion of attention layers and spreading them
 // evenly: round(n * A / L) attention layers (at least one when `mixers` has any and n >= 1, and at
-// most n - 1 when it also has SSM layers and n >= 2), the k-th at position floor((k + 0.5) n / a).
+// most n - 1 when it also has SSM layers and n >= 2), the k-th at position floor((k + 0.5) n / a); the
+// other layers take the first non-attention letter of `mixers` (M or G).
 // Nemotron-H-8B's 28 mixers (4 attention) at n = 4 -> "MMAM"; Jamba's 32 (period 8, offset 4) at
 // n = 8 -> "MMMMAMMM". Identity when n == mixers.size().
 [[nodiscard]] std::string resample_mixers(const std::string& mixers, int64_t n);

@@ -21,10 +21,11 @@ void ModelConfig::validate() const {
   if (!mixers.empty()) {
     CP_CHECK_USAGE(static_cast<int64_t>(mixers.size()) == layers, "model.mixers: \"", mixers, "\" has ",
                    mixers.size(), " letters, model.layers is ", layers, " (one letter per layer)");
-    CP_CHECK_USAGE(mixers.find_first_not_of("AM") == std::string::npos, "model.mixers: \"", mixers,
-                   "\": expected one letter per layer, A (attention) or M (Mamba)");
+    CP_CHECK_USAGE(mixers.find_first_not_of("AMG") == std::string::npos, "model.mixers: \"", mixers,
+                   "\": expected one letter per layer, A (attention), M (Mamba) or G (Gated DeltaNet)");
   }
   if (has_ssm()) ssm.validate();
+  if (has_gdn()) gdn.validate();
   if (!mrope_sections.empty()) {
     int64_t sum = 0;
     for (auto s : mrope_sections) sum += s;
@@ -42,6 +43,11 @@ ModelConfig ModelConfig::preset_named(const std::string& name) {
     c.mixers = "MAM";
     return c;
   }
+  if (name == "tiny-gdn") {
+    c.layers = 3;
+    c.mixers = "GAG";
+    return c;
+  }
   if (name == "small") {
     c.layers = 4;
     c.hidden = 256;
@@ -51,7 +57,7 @@ ModelConfig ModelConfig::preset_named(const std::string& name) {
     c.ffn = 704;
     return c;
   }
-  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, tiny-hybrid, small"));
+  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, tiny-hybrid, tiny-gdn, small"));
 }
 
 namespace {
@@ -125,6 +131,24 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
       L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
       L.wv = register_parameter(p + "wv", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
       L.wo = register_parameter(p + "wo", init_param({c.hidden, c.heads * D}, s_in, c.seed, idx++, dtype, device));
+    } else if (L.mixer == 'G') {
+      const GdnConfig& m = c.gdn;
+      const auto vec = [&](int64_t n, double mean, double stddev) {
+        return (init_param({n}, stddev, c.seed, idx++, at::kDouble, device) + mean).to(dtype);
+      };
+      L.gdn_norm = register_parameter(p + "gdn_norm", ones(c.hidden));
+      L.gdn_in_proj = register_parameter(
+          p + "gdn_in_proj", init_param({m.in_proj_width(), c.hidden}, s_in, c.seed, idx++, dtype, device));
+      L.gdn.conv_w = register_parameter(
+          p + "gdn_conv_w", init_param({m.conv_channels(), m.conv}, 1.0 / std::sqrt(static_cast<double>(m.conv)),
+                                       c.seed, idx++, dtype, device));
+      // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
+      L.gdn.dt_bias = register_parameter(p + "gdn_dt_bias", vec(m.value_heads, -3.0, 0.5));
+      L.gdn.A_log = register_parameter(p + "gdn_A_log", vec(m.value_heads, 0.0, 0.5));
+      L.gdn.norm_w = register_parameter(p + "gdn_norm_w", vec(m.value_head_dim, 1.0, 0.1));
+      L.gdn_out_proj = register_parameter(
+          p + "gdn_out_proj", init_param({c.hidden, m.value_dim()}, 1.0 / std::sqrt(static_cast<double>(m.value_dim())),
+                                         c.seed, idx++, dtype, device));
     } else {
       const SsmConfig& m = c.ssm;
       const auto vec = [&](double mean, double stddev) {
@@ -159,7 +183,8 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
 
 ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
                                          const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
-                                         const AttentionFn& attention, const SsmStepContext* ssm) {
+                                         const AttentionFn& attention, const SsmStepContext* ssm,
+                                         const GdnStepContext* gdn) {
   const auto& c = config_;
   at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
   if (!x.requires_grad()) x.requires_grad_(true);
@@ -178,6 +203,13 @@ ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_
       const at::Tensor y = ssm->clock ? ssm->clock->leave(mamba_ssm_forward(ssm->clock->enter(proj), L.ssm, c.ssm, *ssm))
                                       : mamba_ssm_forward(proj, L.ssm, c.ssm, *ssm);
       x = x + at::linear(y * at::silu(z), L.out_proj);
+    } else if (L.mixer == 'G') {
+      CP_CHECK(gdn != nullptr, "model: layer with mixer G (Gated DeltaNet) but no GDN context was passed to forward");
+      const at::Tensor proj = at::linear(rms_norm(x, L.gdn_norm), L.gdn_in_proj);
+      const at::Tensor z = proj.narrow(-1, c.gdn.conv_channels(), c.gdn.value_dim());
+      const at::Tensor o = gdn->clock ? gdn->clock->leave(gdn_forward(gdn->clock->enter(proj), L.gdn, c.gdn, *gdn))
+                                      : gdn_forward(proj, L.gdn, c.gdn, *gdn);
+      x = x + at::linear(gdn_gated_norm(o, z, L.gdn.norm_w, c.gdn), L.gdn_out_proj);
     } else {
       at::Tensor h = rms_norm(x, L.attn_norm);
       at::Tensor q = at::linear(h, L.wq).view({B, S, c.heads, D}).transpose(1, 2);

@@ -4,7 +4,8 @@
 // token embedding (or inputs_embeds) -> L x [RMSNorm -> mixer -> residual -> RMSNorm -> SwiGLU MLP ->
 // residual] -> RMSNorm -> LM head. The mixer of layer l is `mixers[l]`: A = GQA attention with RoPE
 // (mRoPE when position_ids is [C, B, S]), M = the Mamba-2 style SSM of harness/model/mamba.hpp
-// (a Nemotron-H-like hybrid when both appear).
+// (a Nemotron-H-like hybrid when both appear), G = the Gated DeltaNet layer of harness/model/gdn.hpp
+// (a Qwen3-Next-like hybrid with A).
 // Shapes: input_ids [B, S] int64 or inputs_embeds [B, S, hidden]; logits [B, S, vocab].
 // Parameters are a pure function of (config, seed): every rank builds identical ones.
 #include <torch/torch.h>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/gdn.hpp"
 #include "harness/model/mamba.hpp"
 
 namespace cpbench {
@@ -29,17 +31,21 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::vector<int64_t> mrope_sections;  // sums to head_dim/2 when mRoPE position_ids are used
   uint64_t seed = 1234;
-  // One letter per layer: 'A' attention, 'M' Mamba (SSM); empty = every layer attention.
+  // One letter per layer: 'A' attention, 'M' Mamba (SSM), 'G' Gated DeltaNet; empty = every layer attention.
   std::string mixers;
   SsmConfig ssm;  // sizes of the 'M' layers
+  GdnConfig gdn;  // sizes of the 'G' layers
   [[nodiscard]] int64_t head_dim() const { return hidden / heads; }
   [[nodiscard]] char mixer(int64_t layer) const {
     return mixers.empty() ? 'A' : mixers[static_cast<size_t>(layer)];
   }
   [[nodiscard]] bool has_ssm() const { return mixers.find('M') != std::string::npos; }
+  [[nodiscard]] bool has_gdn() const { return mixers.find('G') != std::string::npos; }
+  // Mamba or Gated DeltaNet layers: recurrences whose float32 error the precision rule judges.
+  [[nodiscard]] bool has_recurrent() const { return has_ssm() || has_gdn(); }
   // Throws UsageError naming the field for impossible shapes.
   void validate() const;
-  // "tiny" (CI), "tiny-hybrid" (tiny with mixers MAM) and "small"; throws UsageError listing the presets on an unknown name.
+  // "tiny" (CI), "tiny-hybrid" (tiny with mixers MAM), "tiny-gdn" (tiny with mixers GAG) and "small"; throws UsageError listing the presets on an unknown name.
   static ModelConfig preset_named(const std::string& name);
 };
 
@@ -57,10 +63,11 @@ class TinyTransformerImpl : public torch::nn::Module {
 
   // `attention` is called once per attention layer; when the SDPA hook holds an override (see
   // SdpaHookGuard), the override is called instead. `ssm`: how the Mamba layers run this step (one
-  // rank, hidden-parallel or state-passing CP); required when the model has any.
+  // rank, hidden-parallel or state-passing CP); required when the model has any. `gdn`: the same for
+  // the Gated DeltaNet layers (one rank, head-parallel or state-passing CP).
   ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
                       const at::Tensor& position_ids, const AttentionFn& attention,
-                      const SsmStepContext* ssm = nullptr);
+                      const SsmStepContext* ssm = nullptr, const GdnStepContext* gdn = nullptr);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // The SDPA hook point: empty = call the attention passed to forward().
@@ -74,6 +81,8 @@ class TinyTransformerImpl : public torch::nn::Module {
     at::Tensor attn_norm, wq, wk, wv, wo;                               // 'A'
     at::Tensor ssm_norm, in_proj, out_proj;                             // 'M'
     SsmParams ssm;                                                      // 'M'
+    at::Tensor gdn_norm, gdn_in_proj, gdn_out_proj;                     // 'G'
+    GdnParams gdn;                                                      // 'G'
     at::Tensor mlp_norm, w_gate, w_up, w_down;
   };
   std::vector<Layer> layers_;

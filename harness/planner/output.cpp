@@ -76,7 +76,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
     k["local_tokens"] = c.local_tokens;
     k["attention_step_s"] = c.attention_step_s;
     if (!c.ssm.strategy.empty())
-      k["ssm"] = {{"strategy", c.ssm.strategy},       {"flops_per_rank", c.ssm.flops_per_rank},
+      k["ssm"] = {{"mixer", c.ssm.mixer},             {"strategy", c.ssm.strategy},
+                  {"flops_per_rank", c.ssm.flops_per_rank},
                   {"bytes_per_rank", c.ssm.bytes_per_rank}, {"compute_s", c.ssm.compute_s},
                   {"comm_s", c.ssm.comm_s},           {"step_s", c.ssm.step_s},
                   {"activation_bytes", c.ssm.activation_bytes}};
@@ -110,16 +111,24 @@ std::string plan_to_table(const Plan& plan) {
   const auto& r = plan.request;
   std::ostringstream os;
   const ModelShape& m = r.model;
-  const bool ssm = m.ssm_layers() > 0;
+  const bool gdn = m.gdn_layers() > 0;
+  const bool ssm = m.ssm_layers() > 0 || gdn;  // the linear-mixer columns (Mamba or GDN)
+  const std::string mixer = gdn ? "gdn" : "ssm";
   os << "model " << m.name << ": ";
-  if (ssm)
+  if (gdn)
+    os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.gdn_layers()
+       << " Gated DeltaNet), ";
+  else if (ssm)
     os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.ssm_layers() << " SSM), ";
   else
     os << m.layers << " layers, ";
   if (m.attention_layers() > 0)
     os << m.heads << " heads / " << m.kv_heads << " kv heads x " << m.head_dim << ", ";
   os << "hidden " << m.hidden;
-  if (ssm)
+  if (gdn)
+    os << "; GDN " << m.gdn.key_heads << " key / " << m.gdn.value_heads << " value heads x " << m.gdn.key_head_dim
+       << " / " << m.gdn.value_head_dim << ", conv " << m.gdn.conv << ", chunk " << m.gdn.chunk;
+  else if (ssm)
     os << "; SSM " << m.ssm.heads << " heads x " << m.ssm.head_dim << ", state " << m.ssm.state << ", "
        << m.ssm.groups << " groups, conv " << m.ssm.conv << ", chunk " << m.ssm_chunk;
   if (m.sliding_window > 0) os << "; sliding window " << m.sliding_window << " on " << m.sliding_layers << " layers";
@@ -133,7 +142,7 @@ std::string plan_to_table(const Plan& plan) {
      << fmt(r.cluster.intra_bandwidth / 1e9) << " GB/s intra-node, " << fmt(r.cluster.inter_bandwidth / 1e9)
      << " GB/s inter-node, " << fmt_time(r.cluster.latency_s) << " latency, " << r.cluster.gpus_per_node
      << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass);
-  if (ssm) os << "; SSM scan " << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
+  if (ssm) os << (gdn ? "; GDN delta rule " : "; SSM scan ") << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
   os << "\n";
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;
@@ -142,10 +151,11 @@ std::string plan_to_table(const Plan& plan) {
     std::stable_sort(rows.begin(), rows.end(), [](const PlanCase* a, const PlanCase* b) { return a->rank < b->rank; });
     os << "\ncp=" << W << "  (ideal " << fmt_time(rows.empty() ? 0 : rows[0]->ideal_s) << " per step)\n";
     os << std::left << std::setw(5) << "rank" << std::setw(19) << "sharder" << std::setw(11) << "transport";
-    if (ssm) os << std::setw(17) << "ssm";
+    if (ssm) os << std::setw(17) << mixer;
     os << std::right << std::setw(10) << "imbalance" << std::setw(12) << "step" << std::setw(12) << "exposed"
        << std::setw(7) << "eff" << std::setw(13) << "sent/rank";
-    if (ssm) os << std::setw(12) << "ssm time" << std::setw(12) << "ssm comm" << std::setw(13) << "ssm sent";
+    if (ssm)
+      os << std::setw(12) << mixer + " time" << std::setw(12) << mixer + " comm" << std::setw(13) << mixer + " sent";
     os << std::setw(13) << "act.mem" << std::setw(10) << "segments"
        << "\n";
     for (const auto* c : rows) {
@@ -166,7 +176,7 @@ std::string plan_to_table(const Plan& plan) {
   if (!plan.notes.empty()) os << "\n";
   const auto& rec = plan.recommendation;
   os << "\nrecommendation: " << rec.sharder << " + " << rec.transport;
-  if (!rec.ssm_strategy.empty()) os << " + SSM " << rec.ssm_strategy;
+  if (!rec.ssm_strategy.empty()) os << (gdn ? " + GDN " : " + SSM ") << rec.ssm_strategy;
   os << " at cp=" << rec.cp << "\n  " << rec.reason << "\n";
   for (const auto& cr : rec.per_cp) os << "  cp=" << cr.cp << ": " << cr.reason << "\n";
   return os.str();

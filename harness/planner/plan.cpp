@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "harness/planner/format.hpp"
+#include "harness/planner/gdn_cost.hpp"
 #include "harness/planner/ssm_cost.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
@@ -33,6 +34,14 @@ Resolved validate(PlanRequest& r) {
     CP_CHECK_USAGE(m.hidden >= 1, "model '", m.name, "': --hidden must be >= 1, got ", m.hidden);
     m.ssm.validate();
     CP_CHECK_USAGE(m.ssm_chunk >= 1, "model '", m.name, "': the SSM chunk must be >= 1, got ", m.ssm_chunk);
+    CP_CHECK_USAGE(r.cluster.ssm_flops > 0, "cluster '", r.cluster.name, "': --ssm-flops must be > 0, got ",
+                   r.cluster.ssm_flops);
+  }
+  if (m.gdn_layers() > 0) {
+    CP_CHECK_USAGE(m.ssm_layers() == 0, "model '", m.name,
+                   "': a model with both Mamba (M) and Gated DeltaNet (G) layers is not planned");
+    CP_CHECK_USAGE(m.hidden >= 1, "model '", m.name, "': --hidden must be >= 1, got ", m.hidden);
+    m.gdn.validate();
     CP_CHECK_USAGE(r.cluster.ssm_flops > 0, "cluster '", r.cluster.name, "': --ssm-flops must be > 0, got ",
                    r.cluster.ssm_flops);
   }
@@ -75,7 +84,9 @@ Resolved validate(PlanRequest& r) {
   // so whatever the registry knows can be planned, and nothing else.
   if (r.transports.empty()) r.transports = planned_transports();
   for (const auto& t : r.transports) (void)takes_ulysses(t);  // UsageError listing the known ones
-  r.ssm_strategies = m.ssm_layers() > 0 ? planned_ssm_strategies(r.ssm_strategies) : std::vector<std::string>{};
+  r.ssm_strategies = m.ssm_layers() > 0   ? planned_ssm_strategies(r.ssm_strategies)
+                     : m.gdn_layers() > 0 ? planned_gdn_strategies(r.gdn_strategies)
+                                          : std::vector<std::string>{};
   return res;
 }
 
@@ -121,7 +132,9 @@ Plan make_plan(const PlanRequest& request) {
   plan.total_attention_flops = static_cast<double>(m.attention_layers()) *
                                attention_flops(static_cast<double>(row_pairs), m.heads, m.head_dim, AttentionPass::forward);
   const bool attention = m.attention_layers() > 0;
-  const double total_time = (attention ? unsharded_time(r, row_pairs) : 0.0) + ssm_unsharded_time(r);
+  const double total_time =
+      (attention ? unsharded_time(r, row_pairs) : 0.0) + ssm_unsharded_time(r) + gdn_unsharded_time(r);
+  const bool linear = m.ssm_layers() > 0 || m.gdn_layers() > 0;  // Mamba or GDN layers: a strategy per case
   auto note = [&](const std::string& n) {
     if (std::find(plan.notes.begin(), plan.notes.end(), n) == plan.notes.end()) plan.notes.push_back(n);
   };
@@ -134,18 +147,20 @@ Plan make_plan(const PlanRequest& request) {
     for (const auto& sharder : r.sharders) {
       const auto layout = make_layout(sharder);
       const LayoutWork w =
-          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, m.ssm_layers() > 0);
+          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, linear);
       // The SSM strategies that can run this layout at W, each priced once (the same for every transport).
       std::vector<SsmCase> ssm_cases;
       for (const auto& strategy : r.ssm_strategies) {
-        const std::string why = ssm_unsupported(strategy, m, *layout, W);
+        const std::string why = m.gdn_layers() > 0 ? gdn_unsupported(strategy, m, *layout, W)
+                                                   : ssm_unsupported(strategy, m, *layout, W);
         if (!why.empty()) {
           note("not planned at cp=" + std::to_string(W) + " for " + layout->name() + ": " + why);
           continue;
         }
-        ssm_cases.push_back(ssm_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank));
+        ssm_cases.push_back(m.gdn_layers() > 0 ? gdn_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank)
+                                               : ssm_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank));
       }
-      if (m.ssm_layers() > 0 && ssm_cases.empty()) continue;
+      if (linear && ssm_cases.empty()) continue;
       for (const auto& transport : transports) {
         // hybrid: every proper Ulysses degree of W (U = W is a2a, U = 1 the ring).
         std::vector<int64_t> degrees{0};

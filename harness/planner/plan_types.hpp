@@ -26,11 +26,15 @@ struct PlanRequest {
   Pass pass = Pass::train;  // what predicted_step_s, ideal_s and efficiency cover
   // SSM CP strategies to plan for a model with SSM layers (empty = every one, known_ssm_strategies()).
   std::vector<std::string> ssm_strategies;
+  // GDN CP strategies to plan for a model with Gated DeltaNet layers (empty = every one). make_plan
+  // puts the planned ones in ssm_strategies: the case's linear-mixer slot holds either kind.
+  std::vector<std::string> gdn_strategies;
 };
 
 // The SSM layers' part of a case: all SSM layers of the model, per rank and step (zero for a model
 // without them). Bytes and memory are the strategy's own formulas (harness/model/ssm_cp_costs.hpp).
 struct SsmCase {
+  std::string mixer = "SSM";     // which layers: "SSM" (Mamba) or "GDN" (Gated DeltaNet, harness/planner/gdn_cost.hpp)
   std::string strategy;          // hidden_parallel | state_passing; "" when the model has no SSM layer
   double flops_per_rank = 0;     // forward FLOPs: the chunked scan (ssm_scan_flops) + in/out projections + conv
   int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, or forward with Pass::forward)

@@ -14,6 +14,9 @@ int64_t ModelShape::attention_layers() const {
 int64_t ModelShape::ssm_layers() const {
   return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M'));
 }
+int64_t ModelShape::gdn_layers() const {
+  return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'G'));
+}
 
 ModelShape model_shape(const HfModel& h) {
   ModelShape m;
@@ -27,6 +30,10 @@ ModelShape model_shape(const HfModel& h) {
     m.mixers = h.mixers;
     m.ssm = h.ssm;
     if (h.ssm_chunk > 0) m.ssm_chunk = h.ssm_chunk;
+  }
+  if (h.gdn_layers() > 0) {
+    m.mixers = h.mixers;
+    m.gdn = h.gdn;
   }
   m.sliding_window = h.sliding_window;
   m.sliding_layers = h.sliding_layers();
@@ -108,7 +115,7 @@ std::string default_cluster(const std::vector<int64_t>& cps) {
 ModelShape model_preset(const std::string& name) {
   for (const auto& m : model_presets())
     if (m.name == name) return m;
-  if (name == "tiny" || name == "tiny-hybrid" || name == "small") {
+  if (name == "tiny" || name == "tiny-hybrid" || name == "tiny-gdn" || name == "small") {
     const ModelConfig c = ModelConfig::preset_named(name);
     ModelShape m;
     m.name = name;
@@ -117,15 +124,14 @@ ModelShape model_preset(const std::string& name) {
     m.heads = c.heads;
     m.kv_heads = c.kv_heads;
     m.head_dim = c.head_dim();
-    if (c.has_ssm()) {
-      m.mixers = c.mixers;
-      m.ssm = c.ssm;
-    }
+    if (c.has_ssm() || c.has_gdn()) m.mixers = c.mixers;
+    m.ssm = c.ssm;
+    m.gdn = c.gdn;
     return m;
   }
   std::vector<std::string> known;
   for (const auto& m : model_presets()) known.push_back(m.name);
-  for (const char* t : {"tiny", "tiny-hybrid", "small"}) known.emplace_back(t);
+  for (const char* t : {"tiny", "tiny-hybrid", "tiny-gdn", "small"}) known.emplace_back(t);
   throw UsageError(detail::concat("--model: unknown model preset '", name, "' (known: ", join(known),
                                   "; or a path to a Hugging Face config.json)"));
 }

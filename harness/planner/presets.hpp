@@ -20,11 +20,13 @@ struct ModelShape {
   std::string mixers;
   SsmConfig ssm;                    // the 'M' layers' sizes
   int64_t ssm_chunk = kSsmChunk;    // chunk length Q of the chunked scan (the file's chunk_size when given)
+  GdnConfig gdn;                    // the 'G' layers' sizes (chunk: the chunked delta rule's Q)
   int64_t sliding_window = 0;       // tokens; 0 = none (from the config)
   int64_t sliding_layers = 0;       // attention layers that use it
   std::string source;               // the config file it was read from ("" for flags)
   [[nodiscard]] int64_t attention_layers() const;
   [[nodiscard]] int64_t ssm_layers() const;
+  [[nodiscard]] int64_t gdn_layers() const;
 };
 // The planner's view of a model read from its config.json.
 [[nodiscard]] ModelShape model_shape(const HfModel& model);

@@ -36,7 +36,7 @@ std::string versus(const PlanCase& b, const PlanCase& u) {
   }
   s += "is " + pct(gap) + " slower: ";
   if (u.ssm.strategy != b.ssm.strategy && u.sharder == b.sharder && u.transport == b.transport)
-    return s + "its SSM layers (" + u.ssm.strategy + ") take " + fmt_time(u.ssm.step_s) + " vs " +
+    return s + "its " + u.ssm.mixer + " layers (" + u.ssm.strategy + ") take " + fmt_time(u.ssm.step_s) + " vs " +
            fmt_time(b.ssm.step_s) + " (" + fmt_time(u.ssm.comm_s) + " vs " + fmt_time(b.ssm.comm_s) +
            " of communication, " + fmt_bytes(static_cast<double>(u.ssm.bytes_per_rank)) + " vs " +
            fmt_bytes(static_cast<double>(b.ssm.bytes_per_rank)) + " sent per rank)";
@@ -94,7 +94,8 @@ void rank_and_recommend(Plan& plan) {
     cr.efficiency = b.efficiency;
     cr.reason = label(b) + " at cp=" + std::to_string(W) + ": " + fmt_time(b.predicted_step_s) +
                 (b.ssm.strategy.empty() ? " of attention per step, "
-                                        : " of attention and SSM layers per step (SSM " + fmt_time(b.ssm.step_s) +
+                                        : " of attention and " + b.ssm.mixer + " layers per step (" + b.ssm.mixer +
+                                              " " + fmt_time(b.ssm.step_s) +
                                               ", " + b.ssm.strategy + ": " + fmt_time(b.ssm.comm_s) +
                                               " of communication, " +
                                               fmt_bytes(static_cast<double>(b.ssm.bytes_per_rank)) +

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/model/ssm_cp_costs.hpp"
+#include "harness/planner/gdn_cost.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/transports/transport.hpp"
@@ -42,6 +43,7 @@ std::string key_value(const ScenarioSpec& s, const std::string& key) {
   if (key == "model.ffn") return std::to_string(s.model.ffn);
   if (key == "model.heads") return std::to_string(s.model.heads);
   if (key == "model.ssm.heads") return std::to_string(s.model.ssm.heads);
+  if (key == "model.gdn.value_heads") return std::to_string(s.model.gdn.value_heads);
   return "?";
 }
 
@@ -107,7 +109,7 @@ void add_tensor_terms(const ScenarioSpec& s, const CaseSpec& c, bool reference_r
   };
   if (reference_rank) {
     add_reference("", e);
-    if (judged_by_precision(c.dtype, md.has_ssm())) {
+    if (judged_by_precision(c.dtype, md.has_recurrent())) {
       constexpr double e64 = 8;
       add("float64 reference model (weights, gradients)", driver({{"model.vocab", rv}, {"model.hidden", rh}, {"model.layers", rl}}),
           2 * (2 * V * H + L * (2 * H + 3 * H * F) + La * (2 * Hq * D * H + 2 * H * Hkv * D) + H) * e64);
@@ -164,6 +166,49 @@ void add_tensor_terms(const ScenarioSpec& s, const CaseSpec& c, bool reference_r
                    : 0.0));
     } else {
       add("SSM layers", tokens, layer_guess);
+    }
+  }
+  if (md.has_gdn()) {
+    // Gated DeltaNet layers (harness/model/gdn.cpp): weights; what every GDN layer keeps for the
+    // backward under the case's GDN CP strategy, the planner's gdn_activation_bytes (proj, conv output,
+    // o, the chunked form's intra-chunk matrices [tokens, Q] per value head, one state per chunk, and
+    // the strategy's own buffers from harness/model/gdn_cp_costs.hpp); the reference rank the same for
+    // one rank over S. At most 2 chunks per document (thd) or row.
+    const auto& g = md.gdn;
+    double Lg = 0;
+    for (char ch : md.mixers) Lg += ch == 'G' ? 1 : 0;
+    const double rgh = static_cast<double>(g.value_heads) / 4;
+    add("GDN weights", driver({{"model.hidden", rh}, {"model.layers", rl}}),
+        3 * Lg *
+            (static_cast<double>(g.in_proj_width()) * H + static_cast<double>(g.conv_channels() * g.conv) +
+             2 * static_cast<double>(g.value_heads) + static_cast<double>(g.value_head_dim) +
+             H * static_cast<double>(g.value_dim()) + H) *
+            e);
+    const double Pg = sl * W;
+    const double Q = static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(g.chunk, s.batch.seq_len)));
+    const double layer_guess =
+        Lg * B * Pg *
+        (static_cast<double>(g.in_proj_width() + g.conv_channels()) + static_cast<double>(g.value_heads) * Q +
+         static_cast<double>(g.value_heads * g.key_head_dim * g.value_head_dim)) *
+        ge;
+    const GdnCpStrategy strategy = c.gdn_cp;
+    const bool splits = strategy != GdnCpStrategy::head_parallel || g.cp_unsupported_reason(c.cp).empty();
+    const std::string key = driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.gdn.value_heads", rgh}});
+    if (layer_guess < kSafeForIntegerFormulas && splits) {
+      plan::ModelShape shape;
+      shape.layers = md.layers;
+      shape.hidden = md.hidden;
+      shape.mixers = md.mixers;
+      shape.gdn = g;
+      const auto e_i = static_cast<int64_t>(e), P_i = static_cast<int64_t>(Pg);
+      const auto chunks = static_cast<int64_t>(2 * (docs + 1));
+      add("GDN layers (" + std::string(to_string(strategy)) + ")", key,
+          B * static_cast<double>(plan::gdn_activation_bytes(shape, strategy, 1, P_i, c.cp, e_i, chunks)) +
+              (reference_rank ? B * static_cast<double>(plan::gdn_activation_bytes(
+                                        shape, strategy, 1, s.batch.seq_len, 1, e_i, 1))
+                              : 0.0));
+    } else {
+      add("GDN layers", key, layer_guess);
     }
   }
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).

@@ -34,6 +34,11 @@
 //                over S x H); and what each layer keeps under the case's SSM CP strategy, the planner's
 //                ssm_activation_bytes (its proj, conv output, y, one state per chunk, and the strategy's
 //                own buffers: harness/model/ssm_cp_costs.hpp), B x that, at most 2 chunks per document.
+//   GDN layers   (models with 'G' mixers) weights; what each layer keeps under the case's GDN CP strategy,
+//                the planner's gdn_activation_bytes (proj, conv output, o, the chunked delta rule's
+//                intra-chunk matrices, 3 of [tokens, Q] per value head in fp32, one fp32 state per chunk,
+//                and the strategy's buffers: harness/model/gdn_cp_costs.hpp), B x that; the reference rank
+//                also for one rank over S.
 // The attention terms (weights, the S x S reference, block scores, the planner's attention
 // activations) count the attention layers only.
 // device: cuda cases count the runtime only in host memory; their tensors live on the GPU, where the

@@ -161,7 +161,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   }
   add("attention_s", attention_s, "s");
   add("attention_compute_s", attention_compute_s, "s");
-  if (x.s.model.has_ssm()) add("ssm_s", ssm_s, "s");
+  if (x.s.model.has_recurrent()) add("ssm_s", ssm_s, "s");  // Mamba and GDN sections
   add("other_s", std::max(0.0, step_s - attention_s - ssm_s), "s");
   const RankSummary& r0 = ranks.front();
   add("phase_shard_s", r0.shard_s, "s");

@@ -33,6 +33,7 @@ RunResult result_skeleton(const ScenarioSpec& s, const CaseSpec& c) {
             {"device", to_string(s.device)}};
   if (c.ulysses > 0) r.axes["ulysses"] = std::to_string(c.ulysses);
   if (s.model.has_ssm()) r.axes["ssm_cp"] = to_string(c.ssm_cp);
+  if (s.model.has_gdn()) r.axes["gdn_cp"] = to_string(c.gdn_cp);
   return r;
 }
 
@@ -42,7 +43,8 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
   if (s.device == DeviceKind::cuda && !torch::cuda::is_available())
     return "device: cuda requested, but CUDA is not available here";
   if (const Control* control = case_control(c); control && c.expect == Expect::mismatch) {
-    const std::string why = control->cannot_show({c.cp, s.model.has_ssm(), c.ssm_cp == SsmCpStrategy::state_passing});
+    const std::string why = control->cannot_show({c.cp, s.model.has_ssm(), c.ssm_cp == SsmCpStrategy::state_passing,
+                                                   s.model.has_gdn(), c.gdn_cp == GdnCpStrategy::state_passing});
     if (!why.empty()) return why;
   }
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);

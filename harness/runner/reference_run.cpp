@@ -35,8 +35,11 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   std::optional<SsmStepContext> ssm;
   if (x.s.model.has_ssm())
     ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm, model->parameters()[0].scalar_type(), x.device);
+  std::optional<GdnStepContext> gdn;
+  if (x.s.model.has_gdn())
+    gdn = single_rank_gdn_context(m, x.c.mask, x.s.model.gdn, model->parameters()[0].scalar_type(), x.device);
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                   *b.position_ids, attn, ssm ? &*ssm : nullptr);
+                                   *b.position_ids, attn, ssm ? &*ssm : nullptr, gdn ? &*gdn : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;
@@ -59,7 +62,7 @@ References run_references(CaseContext& x) {
   nvtx::Range range{x.nvtx, "reference"};
   const auto t = std::chrono::steady_clock::now();
   References r;
-  if (!judged_by_precision(x.c.dtype, x.s.model.has_ssm())) {
+  if (!judged_by_precision(x.c.dtype, x.s.model.has_recurrent())) {
     r.exact = run_reference(x, x.model, x.data);
   } else {
     r.single = run_reference(x, x.model, x.data, single_rank_uses_cp_kernels(x.s.kernels, x.cuda, x.c.dtype));

@@ -57,6 +57,7 @@ std::string CaseSpec::name() const {
       sharder + "/" + t + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
   if (ssm_cp != SsmCpStrategy::hidden_parallel) n += std::string("/") + to_string(ssm_cp);
+  if (gdn_cp != GdnCpStrategy::head_parallel) n += std::string("/gdn_") + to_string(gdn_cp);
   return n;
 }
 
@@ -89,13 +90,14 @@ namespace {
 using namespace yaml_read;
 
 struct Axes {
-  std::vector<std::string> sharder, transport, mask, dtype, expect, ssm_cp;
+  std::vector<std::string> sharder, transport, mask, dtype, expect, ssm_cp, gdn_cp;
   std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
   std::vector<std::string> routes;       // not an axis: every case of the block gets the list
 };
 
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp", "routes"});
+  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp", "gdn_cp",
+                          "routes"});
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
@@ -138,6 +140,12 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
     for (const auto& k : known_ssm_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
     c.fail(p, "unknown SSM CP strategy \"" + v + "\"; known: " + known);
   };
+  auto gdn_cp_ok = [&](const std::string& p, const std::string& v) {
+    if (parse_gdn_cp_strategy(v)) return;
+    std::string known;
+    for (const auto& k : known_gdn_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
+    c.fail(p, "unknown GDN CP strategy \"" + v + "\"; known: " + known);
+  };
   auto route_ok = [&](const std::string& p, const std::string& v) {
     std::string known;
     for (const auto r : kernels::kKernelRoutes) {
@@ -150,6 +158,7 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
   if (n["routes"]) a.routes = read_str_list(c, n["routes"], sub("routes"), route_ok);
   if (n["ssm_cp"]) a.ssm_cp = read_str_list(c, n["ssm_cp"], sub("ssm_cp"), ssm_cp_ok);
+  if (n["gdn_cp"]) a.gdn_cp = read_str_list(c, n["gdn_cp"], sub("gdn_cp"), gdn_cp_ok);
   if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
   if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
   if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
@@ -174,7 +183,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
   check_keys(c, root, "",
              {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
-              "measure", "timeout_s", "reference_timeout_s", "seed", "share_gpu", "routes", "kernels"});
+              "gdn_cp", "measure", "timeout_s", "reference_timeout_s", "seed", "share_gpu", "routes", "kernels"});
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -279,9 +288,10 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   defaults.dtype = {"float64"};
   defaults.expect = {"match"};
   defaults.ssm_cp = {to_string(SsmCpStrategy::hidden_parallel)};
+  defaults.gdn_cp = {to_string(GdnCpStrategy::head_parallel)};
   {
     YAML::Node top;
-    for (const char* k : {"mask", "dtype", "expect", "ssm_cp", "routes"})
+    for (const char* k : {"mask", "dtype", "expect", "ssm_cp", "gdn_cp", "routes"})
       if (root[k]) top[k] = root[k];
     if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
   }
@@ -338,7 +348,8 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
             for (const auto& mk : a.mask)
               for (const auto& dt : a.dtype)
                 for (const auto& ex : a.expect)
-                for (const auto& sc : a.ssm_cp) {
+                for (const auto& sc : a.ssm_cp)
+                for (const auto& gc : a.gdn_cp) {
                   CaseSpec cs;
                   cs.sharder = find_control(sh) ? sh : make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
@@ -349,9 +360,12 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
                   cs.ssm_cp = *parse_ssm_cp_strategy(sc);
+                  cs.gdn_cp = *parse_gdn_cp_strategy(gc);
                   cs.routes = a.routes;
                   if (cs.ssm_cp != SsmCpStrategy::hidden_parallel && !s.model.has_ssm())
                     c.fail(where + ".ssm_cp", sc + " needs a model with Mamba layers (model.mixers with M)");
+                  if (cs.gdn_cp != GdnCpStrategy::head_parallel && !s.model.has_gdn())
+                    c.fail(where + ".gdn_cp", gc + " needs a model with Gated DeltaNet layers (model.mixers with G)");
                   if (!seen.insert(cs.name() + "/" + ex).second) continue;
                   // Refused before any rank starts: hidden-parallel CP cannot split these SSM sizes;
                   // state passing cannot run on a layout whose ranks do not own contiguous chunks.
@@ -361,6 +375,16 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                         cs.ssm_cp == SsmCpStrategy::state_passing
                             ? state_passing_unsupported_reason(*make_layout(control ? control->layout() : cs.sharder), cp)
                             : s.model.ssm.cp_unsupported_reason(cp);
+                    if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
+                  }
+                  // The same for the Gated DeltaNet layers (gdn_cp).
+                  if (s.model.has_gdn()) {
+                    const Control* control = find_control(cs.sharder);
+                    std::string why = s.model.gdn.cp_unsupported_reason(cp);
+                    if (cs.gdn_cp == GdnCpStrategy::state_passing) {
+                      why = state_passing_unsupported_reason(*make_layout(control ? control->layout() : cs.sharder), cp);
+                      if (why.rfind("ssm_cp ", 0) == 0) why = "gdn_cp " + why.substr(7);
+                    }
                     if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
                   }
                   cs.index = static_cast<int64_t>(s.cases.size());

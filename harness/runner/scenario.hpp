@@ -48,12 +48,15 @@ struct CaseSpec {
   Expect expect = Expect::match;
   // How the Mamba layers run under CP (the `ssm_cp` axis; models with Mamba layers only).
   SsmCpStrategy ssm_cp = SsmCpStrategy::hidden_parallel;
+  // How the Gated DeltaNet layers run under CP (the `gdn_cp` axis; models with G layers only).
+  GdnCpStrategy gdn_cp = GdnCpStrategy::head_parallel;
   // The `routes` key: the kernel routes (kernels::to_string names, never "skipped") the case's
   // attention blocks must run on, exactly; empty: not checked (case_metrics.hpp route_mismatch).
   std::vector<std::string> routes;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
-  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + "/state_passing" for that ssm_cp;
+  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + "/state_passing" for that ssm_cp,
+  // + "/gdn_state_passing" for that gdn_cp;
   // hybrid: "hybrid-u2" for ulysses 2)
   [[nodiscard]] std::string name() const;
 };

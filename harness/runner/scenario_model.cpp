@@ -57,6 +57,7 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
     m.heads = m.kv_heads = 1;  // no attention layer: the test model's attention sizes are unused
   }
   if (h.ssm_layers() > 0) m.ssm = h.ssm;
+  if (h.gdn_layers() > 0) m.gdn = h.gdn;
   return m;
 }
 
@@ -64,7 +65,7 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
 
 ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   check_keys(c, m, "model", {"preset", "config", "layers", "hidden", "heads", "kv_heads", "vocab", "ffn",
-                             "rope_theta", "mrope_sections", "seed", "mixers", "ssm"});
+                             "rope_theta", "mrope_sections", "seed", "mixers", "ssm", "gdn"});
   if (m["preset"] && m["config"]) c.fail("model.config", "give model.preset or model.config, not both");
   ModelOverrides o;
   if (m["layers"]) o.layers = read_int(c, m["layers"], "model.layers", 1);
@@ -83,11 +84,39 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
     if (ssm["groups"]) o.ssm_groups = read_int(c, ssm["groups"], "model.ssm.groups", 1);
     if (ssm["conv"]) o.ssm_conv = read_int(c, ssm["conv"], "model.ssm.conv", 1);
   }
+  // model.gdn: the Gated DeltaNet layers' sizes, applied over the preset's or the config file's.
+  GdnConfig gdn_keys;
+  bool any_gdn = false;
+  const auto apply_gdn = [&](GdnConfig& g) {
+    if (!any_gdn) return;
+    const auto gd = m["gdn"];
+    if (gd["key_heads"]) g.key_heads = gdn_keys.key_heads;
+    if (gd["value_heads"]) g.value_heads = gdn_keys.value_heads;
+    if (gd["key_head_dim"]) g.key_head_dim = gdn_keys.key_head_dim;
+    if (gd["value_head_dim"]) g.value_head_dim = gdn_keys.value_head_dim;
+    if (gd["conv"]) g.conv = gdn_keys.conv;
+    if (gd["chunk"]) g.chunk = gdn_keys.chunk;
+  };
+  if (const auto gd = m["gdn"]) {
+    if (!gd.IsMap())
+      c.fail("model.gdn", "expected a mapping of key_heads, value_heads, key_head_dim, value_head_dim, conv, chunk, got " +
+                              yaml_read::scalar_text(gd));
+    check_keys(c, gd, "model.gdn", {"key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv", "chunk"});
+    any_gdn = true;
+    if (gd["key_heads"]) gdn_keys.key_heads = read_int(c, gd["key_heads"], "model.gdn.key_heads", 1);
+    if (gd["value_heads"]) gdn_keys.value_heads = read_int(c, gd["value_heads"], "model.gdn.value_heads", 1);
+    if (gd["key_head_dim"]) gdn_keys.key_head_dim = read_int(c, gd["key_head_dim"], "model.gdn.key_head_dim", 1);
+    if (gd["value_head_dim"])
+      gdn_keys.value_head_dim = read_int(c, gd["value_head_dim"], "model.gdn.value_head_dim", 1);
+    if (gd["conv"]) gdn_keys.conv = read_int(c, gd["conv"], "model.gdn.conv", 1);
+    if (gd["chunk"]) gdn_keys.chunk = read_int(c, gd["chunk"], "model.gdn.chunk", 1);
+  }
   ModelConfig model;
   if (m["config"]) {
     // A real model's config.json: the explicit keys above override the file, keeping its ratios.
     const HfModel base = read_model_config(c, read_str(c, m["config"], "model.config"));
     model = test_model_of(c, with_overrides(base, o));
+    apply_gdn(model.gdn);
   } else {
     if (m["preset"]) {
       try {
@@ -110,7 +139,8 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
     if (o.ssm_state > 0) model.ssm.state = o.ssm_state;
     if (o.ssm_groups > 0) model.ssm.groups = o.ssm_groups;
     if (o.ssm_conv > 0) model.ssm.conv = o.ssm_conv;
-    if (m["preset"] && o.any()) model.preset += "+custom";
+    apply_gdn(model.gdn);
+    if (m["preset"] && (o.any() || any_gdn)) model.preset += "+custom";
   }
   if (m["rope_theta"]) model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
   if (m["mrope_sections"]) model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);

@@ -11,7 +11,7 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
   nvtx::Range range{x.nvtx, "check"};
   std::vector<TensorError> errs;
   if (x.cp_rank == 0) {
-    const bool precision = judged_by_precision(x.c.dtype, x.s.model.has_ssm());
+    const bool precision = judged_by_precision(x.c.dtype, x.s.model.has_recurrent());
     const ElementwiseBound bound = elementwise_bound(x.c.dtype);
     const PrecisionRule rule;
     // Logits at padding positions are not part of the model's contract (the shard may drop them).

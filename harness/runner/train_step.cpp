@@ -93,7 +93,8 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   at::Tensor global_index;  // the layout's map: global stream position of each rank-order column
   std::shared_ptr<const kernels::PlanCache> plans;
   std::optional<SsmStepContext> ssm;
-  SectionClock ssm_clock(x.device);
+  std::optional<GdnStepContext> gdn;
+  SectionClock ssm_clock(x.device);  // Mamba and GDN sections
   {
     nvtx::Range range{x.nvtx, "shard"};
     local = sharder.shard(x.data.batch);
@@ -121,6 +122,15 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
       ssm->bytes_sent = &t.ssm_bytes;
       ssm->clock = &ssm_clock;
     }
+    if (x.s.model.has_gdn()) {
+      GdnCpOptions o;
+      o.strategy = c.gdn_cp;
+      o.drop_incoming_state = x.control && x.control->gdn_drops_incoming_state() && x.cp_rank == c.cp - 1;
+      gdn.emplace(cp_gdn_context(x.comm, sharder.shard_layout().global, all_meta, c.mask, x.s.model.gdn, c.dtype,
+                                 x.device, x.nvtx, o));
+      gdn->bytes_sent = &t.gdn_bytes;
+      gdn->clock = &ssm_clock;
+    }
   }
   x.sync();
   t.shard = mark("shard", t0);
@@ -134,6 +144,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     return x.transport->attend(q, k, v, ctx);
   };
   const SsmStepContext* ssm_ptr = ssm ? &*ssm : nullptr;
+  const GdnStepContext* gdn_ptr = gdn ? &*gdn : nullptr;
   x.model->zero_grad();
   {
     nvtx::Range range{x.nvtx, "forward"};
@@ -144,9 +155,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
         return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
       };
       SdpaHookGuard guard(*x.model, cp_attn);
-      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr, gdn_ptr);
     } else {
-      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr, gdn_ptr);
     }
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);
@@ -160,6 +171,13 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     const int64_t expected = layers * ssm_cp_bytes(ssm->strategy, ssm->shape).total();
     CP_CHECK(t.ssm_bytes == expected, "mamba ", to_string(ssm->strategy), ": the ", layers, " SSM layers sent ",
              t.ssm_bytes, " bytes from rank ", x.cp_rank, ", ssm_cp_costs says ", expected, " (", c.name(), ")");
+  }
+  if (gdn) {
+    // The same for the Gated DeltaNet layers against gdn_cp_costs.
+    const auto layers = static_cast<int64_t>(std::count(x.s.model.mixers.begin(), x.s.model.mixers.end(), 'G'));
+    const int64_t expected = layers * gdn_cp_bytes(gdn->strategy, gdn->shape).total();
+    CP_CHECK(t.gdn_bytes == expected, "gdn ", to_string(gdn->strategy), ": the ", layers, " GDN layers sent ",
+             t.gdn_bytes, " bytes from rank ", x.cp_rank, ", gdn_cp_costs says ", expected, " (", c.name(), ")");
   }
 
   t0 = clock_type::now();

@@ -20,6 +20,8 @@ struct StepTimes {
   double shard = 0, forward = 0, backward = 0, total = 0;
   double ssm = 0;         // the Mamba layers' SSM sections (scan + all-to-alls), forward + backward
   int64_t ssm_bytes = 0;  // bytes the Mamba layers' all-to-alls sent from this rank
+  int64_t gdn_bytes = 0;  // bytes the Gated DeltaNet layers' collectives sent from this rank (their
+                          // sections are timed in `ssm` with the Mamba ones)
   AttentionStats attn;    // the transport's seconds, bytes, FLOPs of the step
 };
 

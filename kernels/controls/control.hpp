@@ -30,6 +30,8 @@ struct ControlCase {
   int64_t cp = 1;
   bool has_ssm = false;            // the model has Mamba layers
   bool ssm_state_passing = false;  // they run state-passing CP (else hidden-parallel)
+  bool has_gdn = false;            // the model has Gated DeltaNet layers
+  bool gdn_state_passing = false;  // they run state-passing CP (else head-parallel)
 };
 
 class Control {
@@ -50,6 +52,9 @@ class Control {
   // True: the last CP rank's Mamba layers ignore the state arriving at their chunks (each chunk scanned
   // from zero as if it started the sequence). State-passing SSM CP only.
   [[nodiscard]] virtual bool ssm_drops_incoming_state() const { return false; }
+  // True: the last CP rank's Gated DeltaNet layers ignore the state arriving at their chunks.
+  // State-passing GDN CP only.
+  [[nodiscard]] virtual bool gdn_drops_incoming_state() const { return false; }
   // Why the fault cannot show in `where` ("" when it can): such a case is skipped rather than failed.
   [[nodiscard]] virtual std::string cannot_show(const ControlCase& /*where*/) const { return ""; }
 };

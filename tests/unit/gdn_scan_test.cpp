@@ -1,0 +1,162 @@
+// The gated delta rule (harness/model/gdn_scan.hpp): the chunked WY / UT form the layer runs against
+// the token-by-token recurrence in float64 (values, final state and every gradient, at chunk lengths
+// that do and do not divide the row, with document resets at and away from chunk boundaries, with an
+// initial state), the recurrence itself against two tokens worked out by hand, resets against a
+// fresh start, transparent slots, and low precision computed in float32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "harness/model/gdn_scan.hpp"
+#include "sharders/core/check.hpp"
+
+using namespace cpbench;
+
+namespace {
+
+struct Inputs {
+  at::Tensor q, k, v, g, beta, group, initial;
+};
+
+// R rows of L tokens, H heads, unit-norm keys (as the layer's L2 normalisation makes them), decays of a
+// few tens of tokens, documents of the given lengths (the same in every row; a row start is a reset).
+Inputs draw(int64_t R, int64_t L, int64_t H, int64_t dk, int64_t dv, const std::vector<int64_t>& docs, uint64_t seed,
+            bool initial) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto o = at::TensorOptions().dtype(at::kDouble);
+  Inputs in;
+  const auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
+  in.q = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o)) / std::sqrt(static_cast<double>(dk));
+  in.k = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o));
+  in.v = at::normal(0.0, 1.0, {R, L, H, dv}, gen, o);
+  in.g = -at::softplus(at::normal(-3.0, 1.0, {R, L, H}, gen, o));
+  in.beta = at::sigmoid(at::normal(0.0, 1.0, {R, L, H}, gen, o));
+  in.group = at::zeros({R, L}, at::kLong);
+  int64_t at_ = 0, d = 0;
+  for (int64_t len : docs) {
+    in.group.narrow(1, at_, std::min(len, L - at_)).fill_(d++);
+    at_ += len;
+    if (at_ >= L) break;
+  }
+  if (at_ < L) in.group.narrow(1, at_, L - at_).fill_(d);
+  for (int64_t r = 0; r < R; ++r) in.group[r] += 1000 * r;
+  if (initial) in.initial = at::normal(0.0, 1.0, {R, H, dk, dv}, gen, o);
+  return in;
+}
+
+std::vector<at::Tensor> leaves(Inputs& in) {
+  std::vector<at::Tensor> v{in.q, in.k, in.v, in.g, in.beta};
+  if (in.initial.defined()) v.push_back(in.initial);
+  for (auto& t : v) t.requires_grad_(true);
+  return v;
+}
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-300, b.abs().max().item<double>());
+}
+
+// Values, final state and gradients of sum(o * w) + sum(final * w2): chunked vs recurrence.
+double worst_difference(const std::vector<int64_t>& docs, int64_t L, int64_t chunk, bool initial) {
+  Inputs a = draw(2, L, 3, 8, 6, docs, 11, initial);
+  Inputs b = draw(2, L, 3, 8, 6, docs, 11, initial);
+  const auto la = leaves(a), lb = leaves(b);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const at::Tensor w = at::normal(0.0, 1.0, {2, L, 3, 6}, gen, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor w2 = at::normal(0.0, 1.0, {2, 3, 8, 6}, gen, at::TensorOptions().dtype(at::kDouble));
+  const GdnScanResult c = gdn_chunk_scan(a.q, a.k, a.v, a.g, a.beta, a.group, chunk, a.initial);
+  const GdnScanResult r = gdn_recurrence(b.q, b.k, b.v, b.g, b.beta, b.group, b.initial);
+  ((c.o * w).sum() + (c.final_state * w2).sum()).backward();
+  ((r.o * w).sum() + (r.final_state * w2).sum()).backward();
+  double worst = std::max(rel(c.o, r.o), rel(c.final_state, r.final_state));
+  for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, rel(la[i].grad(), lb[i].grad()));
+  return worst;
+}
+
+}  // namespace
+
+TEST(GdnScan, RecurrenceMatchesTwoTokensWorkedByHand) {
+  // dk = 2, dv = 1, one row, one head. Token 1: S1 = beta1 k1 v1 = 0.5 * 2 * (0.6, 0.8) = (0.6, 0.8).
+  // Token 2: exp(g2) (I - beta2 k2 k2^T) S1 + beta2 k2 v2 = 0.5 * ((0.6, 0.8) - 0.25 * 0.6 * (1, 0))
+  // + 0.25 * (1, 0) * -1 = (0.225 - 0.25, 0.4) = (-0.025, 0.4); o2 = S2 . (1, 1) = 0.375; o1 = S1 . q1.
+  const auto o = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::tensor({0.0, 1.0, 1.0, 1.0}, o).view({1, 2, 1, 2});
+  const at::Tensor k = at::tensor({0.6, 0.8, 1.0, 0.0}, o).view({1, 2, 1, 2});
+  const at::Tensor v = at::tensor({2.0, -1.0}, o).view({1, 2, 1, 1});
+  const at::Tensor g = at::tensor({0.0, std::log(0.5)}, o).view({1, 2, 1});
+  const at::Tensor beta = at::tensor({0.5, 0.25}, o).view({1, 2, 1});
+  const at::Tensor group = at::zeros({1, 2}, at::kLong);
+  for (const bool chunked : {false, true}) {
+    const GdnScanResult r = chunked ? gdn_chunk_scan(q, k, v, g, beta, group, 2) : gdn_recurrence(q, k, v, g, beta, group);
+    EXPECT_NEAR(r.o[0][0][0][0].item<double>(), 0.8, 1e-15) << (chunked ? "chunked" : "recurrence");
+    EXPECT_NEAR(r.o[0][1][0][0].item<double>(), 0.375, 1e-15) << (chunked ? "chunked" : "recurrence");
+    EXPECT_NEAR(r.final_state[0][0][0][0].item<double>(), -0.025, 1e-15);
+    EXPECT_NEAR(r.final_state[0][0][1][0].item<double>(), 0.4, 1e-15);
+  }
+}
+
+TEST(GdnScan, ChunkedMatchesTheRecurrenceToFloat64Rounding) {
+  // 100 tokens: documents of 23, 41 (a reset inside chunks of 16 and at none of their starts), then 4
+  // one-token documents and the rest; chunk 16 also puts a reset exactly at a chunk start (t = 64).
+  const std::vector<int64_t> docs = {23, 41, 1, 1, 1, 1};
+  for (const int64_t chunk : {1, 7, 16, 64, 100, 256})
+    for (const bool initial : {false, true}) {
+      const double d = worst_difference(docs, 100, chunk, initial);
+      EXPECT_LT(d, 1e-12) << "chunk " << chunk << (initial ? " with" : " without") << " an initial state";
+    }
+  EXPECT_LT(worst_difference({100}, 100, 16, true), 1e-12) << "one document";
+}
+
+TEST(GdnScan, AResetStartsFromZero) {
+  // The second document's outputs equal a run of that document alone (no state crosses the reset).
+  Inputs in = draw(1, 60, 2, 8, 4, {25, 35}, 5, true);
+  const GdnScanResult both = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group, 16, in.initial);
+  const auto tail = [](const at::Tensor& t) { return t.narrow(1, 25, 35); };
+  const GdnScanResult alone = gdn_recurrence(tail(in.q), tail(in.k), tail(in.v), tail(in.g), tail(in.beta),
+                                             at::zeros({1, 35}, at::kLong));
+  EXPECT_LT(rel(tail(both.o), alone.o), 1e-12);
+  EXPECT_LT(rel(both.final_state, alone.final_state), 1e-12);
+  EXPECT_GT(rel(tail(gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, at::zeros({1, 60}, at::kLong), 16).o), alone.o),
+            1e-3)
+      << "without the reset the first document's state reaches the second";
+}
+
+TEST(GdnScan, TransparentSlotsLeaveTheStateUnchanged) {
+  // g = beta = 0 and q = k = v = 0 on 5 slots inserted at t = 30: every other output is unchanged.
+  Inputs in = draw(1, 60, 2, 8, 4, {60}, 9, false);
+  const auto insert = [](const at::Tensor& t) {
+    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    shape[1] = 5;
+    return at::cat({t.narrow(1, 0, 30), at::zeros(shape, t.options()), t.narrow(1, 30, 30)}, 1);
+  };
+  const at::Tensor group = at::zeros({1, 65}, at::kLong);
+  const GdnScanResult with = gdn_chunk_scan(insert(in.q), insert(in.k), insert(in.v), insert(in.g), insert(in.beta),
+                                            group, 16);
+  const GdnScanResult without = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group, 16);
+  EXPECT_LT(rel(at::cat({with.o.narrow(1, 0, 30), with.o.narrow(1, 35, 30)}, 1), without.o), 1e-12);
+  EXPECT_LT(rel(with.final_state, without.final_state), 1e-12);
+}
+
+TEST(GdnScan, LowPrecisionComputesInFloat32) {
+  Inputs in = draw(1, 80, 2, 8, 8, {30, 50}, 13, false);
+  const GdnScanResult ref = gdn_recurrence(in.q, in.k, in.v, in.g, in.beta, in.group);
+  const auto bf = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+  const GdnScanResult low = gdn_chunk_scan(bf(in.q), bf(in.k), bf(in.v), bf(in.g), bf(in.beta), in.group, 16);
+  EXPECT_EQ(low.o.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(low.final_state.scalar_type(), at::kFloat) << "the state stays in the accumulator dtype";
+  EXPECT_LT(rel(low.o.to(at::kDouble), ref.o), 3e-2);
+}
+
+TEST(GdnScan, ShapesAreChecked) {
+  Inputs in = draw(1, 8, 2, 4, 4, {8}, 1, false);
+  EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k.narrow(3, 0, 3), in.v, in.g, in.beta, in.group), Error);
+  EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group.to(at::kInt)), Error);
+  EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group, 0), Error);
+}
+
+TEST(GdnScan, FlopCountFollowsTheFormula) {
+  // Q = 64, dk = dv = 128: intra 2*64*128*3 + 64*256 + 2*64*128 = 81920; state 2*128*128*3
+  // + 2*128^3/64 = 98304 + 65536.
+  EXPECT_DOUBLE_EQ(gdn_scan_flops(4096, 64, 128, 128), 81920.0 + 98304.0 + 65536.0);
+  EXPECT_DOUBLE_EQ(gdn_scan_flops(10, 64, 1, 1), gdn_scan_flops(10, 10, 1, 1)) << "Q = min(chunk, S)";
+}
