@@ -53,7 +53,9 @@ TEST(WorkAccounting, EveryLayoutAndTransportCountsTheSameWorkAtEveryCp) {
   fsu::make_dirs(dir);
   std::ofstream(dir + "/s.yaml") << kScenario;
   const pid_t pid = test::spawn_cpbench_run({dir + "/s.yaml", "--out", dir + "/out"});
-  ASSERT_EQ(test::wait_exit_status(pid), 0) << "see " << dir << "/out/report.md";
+  // 1 only for a case failed as an impossible rate (checked per case below).
+  const int status = test::wait_exit_status(pid);
+  ASSERT_TRUE(status == 0 || status == 1) << status << ", see " << dir << "/out/report.md";
   const Report report = report_from_json(read_json_file(dir + "/out/report.json"));
   ASSERT_EQ(report.results.size(), 57u);
 
@@ -74,7 +76,10 @@ TEST(WorkAccounting, EveryLayoutAndTransportCountsTheSameWorkAtEveryCp) {
 
   for (const auto& r : report.results) {
     SCOPED_TRACE(r.name);
-    ASSERT_EQ(r.status, "ok") << r.reason;
+    // A CPU peak probed while the machine is busy can read below a tiny case's rate; the case then fails
+    // as an impossible rate (case_metrics.hpp) with every metric recorded, which is all this test reads.
+    if (r.status != "ok") ASSERT_EQ(r.reason.rfind("impossible rate", 0), 0u) << r.status << ": " << r.reason;
+    EXPECT_EQ(r.outcome, "match") << "the reference check";
     const auto cp = std::stoll(r.axes.at("cp"));
     ASSERT_EQ(static_cast<int64_t>(r.ranks.size()), cp);
     EXPECT_EQ(metric(r, "tokens_per_step"), tokens);

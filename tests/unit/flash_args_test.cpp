@@ -308,9 +308,6 @@ TEST(FlashArgs, FlashLayoutsRoundTrip) {
   EXPECT_TRUE(kernels::lse_from_flash_varlen(flat, 2).equal(lse));
 }
 
-}  // namespace
-}  // namespace cpbench
-
 // The window decision over several batch rows (flash_window_for): one window serves every row of a
 // call, so rows that differ on ONE side of their window only must be refused like rows that differ on
 // both. A check of one side alone would hand flash row 0's window for row 1: on a GPU, one key too
@@ -337,3 +334,6 @@ TEST(FlashArgs, WindowRefusesBatchRowsThatDifferOnOneSideOnly) {
   last[2][3] = true;  // query 2 of row 1 sees keys 0..3
   EXPECT_FALSE(kernels::flash_window_for(at::stack({causal, last})).has_value()) << "one query's last key";
 }
+
+}  // namespace
+}  // namespace cpbench
