@@ -78,7 +78,9 @@ TEST(WorkAccounting, EveryLayoutAndTransportCountsTheSameWorkAtEveryCp) {
     SCOPED_TRACE(r.name);
     // A CPU peak probed while the machine is busy can read below a tiny case's rate; the case then fails
     // as an impossible rate (case_metrics.hpp) with every metric recorded, which is all this test reads.
-    if (r.status != "ok") ASSERT_EQ(r.reason.rfind("impossible rate", 0), 0u) << r.status << ": " << r.reason;
+    if (r.status != "ok") {
+      ASSERT_EQ(r.reason.rfind("impossible rate", 0), 0u) << r.status << ": " << r.reason;
+    }
     EXPECT_EQ(r.outcome, "match") << "the reference check";
     const auto cp = std::stoll(r.axes.at("cp"));
     ASSERT_EQ(static_cast<int64_t>(r.ranks.size()), cp);
