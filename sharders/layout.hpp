@@ -24,19 +24,28 @@ struct LayoutRequest {
   // Data-dependent layouts may use the attention mask the work is balanced for.
   MaskSpec mask;
   int64_t chunk_size = 0;         // data-dependent layouts: 0 = the layout's default
+  // Data-dependent unpacked layouts over a batch of rows (workload_balanced): each input row's document
+  // lengths (packed from position 0; an empty list = one document filling the row), with seq_len the
+  // row length. Two or more rows: the stream holds the rows back to back, each right-padded to the
+  // same length (GlobalLayout::rows), and each row's chunks are dispatched on their own. Empty: one row,
+  // doc_lens.
+  std::vector<std::vector<int64_t>> rows;
 };
 
 struct GlobalLayout {
   std::string layout;              // the name of the layout that computed it
   int64_t cp = 1;
   int64_t original_seq_len = -1;   // unpacked: seq_len; packed: -1 (a stream has no single length)
-  int64_t padded_seq_len = 0;      // P
+  int64_t padded_seq_len = 0;      // P (all rows: rows x each row's padded length)
   // ranks[r] = global positions (in [0, P)) that rank r owns, in local order; every rank owns P/cp.
   std::vector<std::vector<int64_t>> ranks;
   // Packed layouts (TE convention): cumulative real document lengths, and the document boundaries
   // in the padded stream. Empty for unpacked layouts.
   std::vector<int64_t> cu_seqlens;
   std::vector<int64_t> cu_seqlens_padded;
+  // Input rows the stream holds back to back, each padded_seq_len / rows positions long (row b at
+  // [b * P / rows, (b + 1) * P / rows)); 1 for every layout but a data-dependent one over a batch.
+  int64_t rows = 1;
 
   [[nodiscard]] int64_t local_len() const { return padded_seq_len / cp; }
   // inverse[p] = index of position p in the rank-order concatenation ranks[0] ++ ranks[1] ++ ...

@@ -12,7 +12,7 @@ class HeadTail final : public Layout {
   std::string summary() const override { return summary_; }
   int64_t pad_multiple(int64_t cp) const override { return 2 * cp; }
   GlobalLayout compute(const LayoutRequest& req) const override {
-    GlobalLayout g{name(), req.cp, req.seq_len, layout_math::checked_padded_len(*this, req), {}, {}, {}};
+    GlobalLayout g{name(), req.cp, req.seq_len, layout_math::checked_padded_len(*this, req), {}, {}, {}, 1};
     for (int64_t r = 0; r < req.cp; ++r) g.ranks.push_back(layout_math::head_tail(req.cp, g.padded_seq_len, r));
     return g;
   }

@@ -17,6 +17,12 @@
 // So: causal = pos[k] <= pos[q]; full = no position condition; document = causal within the document;
 // sliding_window:w = pos[q] - w < pos[k] <= pos[q]. A query with no visible key (possible for padding
 // queries) gets output 0 and log-sum-exp -inf.
+//
+// Work. What counts as the model's attention work (FLOPs, MFU, the planner's per-rank pairs, the
+// workload_balanced areas) is the visible pairs whose query is a real token too: valid[q] && visible(q, k).
+// Padding queries are hardware work only: the kernels compute them (the "computed" FLOPs count them),
+// the model does not. So a layout that pads more (thd's per-document slots) does the same work.
+// Stream::work_keys (sharders/stream.hpp) and BlockPlan::work_pairs (kernels/attention) evaluate it.
 #include <ATen/ATen.h>
 
 #include <cstdint>

@@ -10,13 +10,13 @@ namespace cpbench::mask_area {
 
 int64_t run_area(const Stream& s, const MaskSpec& mask, int64_t begin, int64_t end) {
   int64_t a = 0;
-  for (int64_t q = begin; q < end; ++q) a += s.visible_keys(mask, q);
+  for (int64_t q = begin; q < end; ++q) a += s.work_keys(mask, q);
   return a;
 }
 
 std::vector<int64_t> visible_per_position(const Stream& s, const MaskSpec& mask) {
   std::vector<int64_t> v(static_cast<size_t>(s.padded_len));
-  for (int64_t q = 0; q < s.padded_len; ++q) v[static_cast<size_t>(q)] = s.visible_keys(mask, q);
+  for (int64_t q = 0; q < s.padded_len; ++q) v[static_cast<size_t>(q)] = s.work_keys(mask, q);
   return v;
 }
 
@@ -64,6 +64,7 @@ std::vector<int64_t> local_block_areas(const GlobalLayout& g, const Stream& s, c
     int64_t a = 0, last_lo = std::numeric_limits<int64_t>::min(), last_hi = last_lo;
     auto lo_it = keys.cbegin(), hi_it = keys.cbegin();  // first key >= lo, first key > hi
     for (int64_t q : r) {
+      if (!s.tokens[static_cast<size_t>(q)].valid) continue;  // padding queries are no work
       const auto [lo, hi] = s.key_range(mask, q);
       if (hi < lo) continue;
       lo_it = seek(keys, lo_it, lo, last_lo);
@@ -110,7 +111,7 @@ std::vector<int64_t> nonempty_blocks(const GlobalLayout& g, const Stream& s, con
   }
   // General rule: a prefix count of j's valid keys over the coordinate axis answers "any key of j in
   // [lo, hi]" in O(1).
-  std::vector<int32_t> mine(s.valid_prefix.size());
+  std::vector<int32_t> mine(static_cast<size_t>(s.extent + 1));
   const int64_t top = static_cast<int64_t>(mine.size()) - 2;
   for (size_t j = 0; j < W; ++j) {
     std::fill(mine.begin(), mine.end(), 0);

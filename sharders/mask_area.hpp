@@ -1,12 +1,13 @@
 #pragma once
 // Attention work under a mask, counted on the CPU from a layout's stream (sharders/stream.hpp): how
-// many (query, key) pairs are visible. Used by the workload_balanced layout (chunk areas) and by the
-// planner (per-rank FLOPs), so both count exactly what the CP transports compute and report as
-// visible pairs. Visibility is the rule of sharders/mask.hpp, evaluated by Stream::key_range.
-// Queries are not filtered: a padding query sees whatever valid keys the rule lets it see (the
-// transports mask keys only), except under `document`, where unpacked padding belongs to no document.
-// Every count is O(1) per query after O(P) preparation, so a whole layout costs O(P). Streams must
-// be single-segment (one input row).
+// many (query, key) pairs between real tokens are visible (the work rule of sharders/mask.hpp,
+// Stream::work_keys). Used by the workload_balanced layout (chunk areas) and by the planner (per-rank
+// FLOPs); the CP transports report the same count (BlockPlan::work_pairs), so the runner's work metrics,
+// the planner and the layouts agree on every layout. Padding queries (the layouts' pad slots, input
+// padding) are no work, though the kernels compute them: BlockAreas below models the kernels and counts
+// them. Every count is O(1) per query after O(P) preparation, so a whole layout costs O(P).
+// run_area, visible_per_position and rank_areas take any stream; the block counts (local_block_areas,
+// nonempty_blocks, BlockAreas) compare coordinates across ranks and need a single-segment stream.
 #include <cstdint>
 #include <vector>
 
@@ -16,15 +17,15 @@
 
 namespace cpbench::mask_area {
 
-// Visible pairs of the queries [begin, end) (a contiguous run of positions). O(end - begin).
+// Work (visible pairs between real tokens) of the queries [begin, end), a contiguous run. O(end - begin).
 [[nodiscard]] int64_t run_area(const Stream& stream, const MaskSpec& mask, int64_t begin, int64_t end);
-// visible[p] = keys visible to query p, for every position, in one sequential pass. O(P).
+// visible[p] = Stream::work_keys(p): keys visible to p when p is a real token, else 0. O(P).
 [[nodiscard]] std::vector<int64_t> visible_per_position(const Stream& stream, const MaskSpec& mask);
-// Visible pairs of each rank's queries (against every key). O(P) for the whole layout.
+// Work of each rank's queries (against every key). O(P) for the whole layout.
 [[nodiscard]] std::vector<int64_t> rank_areas(const GlobalLayout& layout, const Stream& stream, const MaskSpec& mask);
 // The same from visible_per_position (reused across layouts that share a stream).
 [[nodiscard]] std::vector<int64_t> rank_areas(const GlobalLayout& layout, const std::vector<int64_t>& visible);
-// Visible pairs of each rank's queries against its OWN keys only (the local, diagonal block a
+// Work of each rank's queries against its OWN keys only (the local, diagonal block a
 // transport computes while the remote keys are in flight). O(P log(P/W)).
 [[nodiscard]] std::vector<int64_t> local_block_areas(const GlobalLayout& layout, const Stream& stream,
                                                      const MaskSpec& mask);
@@ -56,7 +57,8 @@ struct BlockArea {
   }
 };
 
-// Block areas of every (rank r, source j) block a layout makes, rank by rank. Construction sorts
+// Block areas of every (rank r, source j) block a layout makes, rank by rank, as the kernels compute
+// them: padding queries count (they see the keys the rule lets them see). Construction sorts
 // each rank's valid key coordinates, O(P log(P/W)); of_rank(r) costs O(W * s + P) when the visible key
 // ranges of r's queries, ordered by their lower end, also have non-decreasing upper ends (causal,
 // full, sliding_window and document masks on unpacked streams), else O(W * s log s).

@@ -12,11 +12,11 @@ Batch Sharder::shard_unpacked(const Batch& in) {
   const std::vector<DocSpan> docs = documents(in);
   // With pad_multiple > 1 the layout is asked for the already rounded length (it pads no further).
   const int64_t seq_len = options_.pad_multiple > 1 ? layout_math::round_up(S, unpacked_multiple()) : S;
-  LayoutRequest req{options_.cp_size, seq_len, {}, options_.mask, options_.chunk_size};
+  LayoutRequest req{options_.cp_size, seq_len, {}, options_.mask, options_.chunk_size, {}};
   if (!docs.empty() && layout_->data_dependent()) {
-    // Data-dependent layouts balance the real document structure of the (single) row.
-    CP_CHECK(B == 1, who(), ": a data-dependent layout over documents needs batch_size 1, got seq_lens ",
-             shape_str(in.seq_lens->sizes()));
+    // Data-dependent layouts balance the real document structure: of the one row here; a batch of rows
+    // is flattened and dispatched row by row (shard_rows.cpp).
+    if (B > 1) return shard_rows(in);
     for (const auto& d : docs) req.doc_lens.push_back(d.real);
   }
   ShardLayout sl;

@@ -59,7 +59,7 @@ std::vector<int64_t> Sharder::rank_indices(int64_t P, int64_t rank) const {
   CP_CHECK(P >= 1 && P % m == 0, who(), ": padded_seq_len=", P, " is not a positive multiple of ", m,
            " (what ", layout_->name(), " pads to at cp=", options_.cp_size, ")");
   if (!closed_form_ || closed_form_->padded_seq_len != P) {
-    LayoutRequest req{options_.cp_size, P, {}, options_.mask, options_.chunk_size};
+    LayoutRequest req{options_.cp_size, P, {}, options_.mask, options_.chunk_size, {}};
     closed_form_ = layout_->compute(req);
   }
   return closed_form_->ranks[static_cast<size_t>(rank)];

@@ -18,7 +18,7 @@
 // Errors throw cpbench::Error naming the key, the shapes or lengths, the sharder, cp and rank.
 // A Sharder is cheap; build one per rank per step. It is not thread-safe.
 // Where the work lives: sharder.cpp (this front: validation, the seed's conversions, dispatch),
-// shard_unpacked.cpp, thd_pack.{hpp,cpp} (THD packing; it writes cu_seqlens in the format of
+// shard_unpacked.cpp, shard_rows.cpp (a data-dependent map over a batch of rows), thd_pack.{hpp,cpp} (THD packing; it writes cu_seqlens in the format of
 // cu_seqlens.hpp, which attention_meta.cpp reads back), token_verbs.cpp over token_map.hpp, pad_rule.hpp.
 #include <ATen/ATen.h>
 
@@ -66,7 +66,8 @@ struct ShardLayout {
   GlobalLayout global;                        // the partition (every rank's map)
   std::optional<int64_t> original_seq_len;    // unpacked: S before padding
   int64_t padded_seq_len = 0;                 // P
-  std::optional<std::vector<int64_t>> input_row_shape;  // thd: [B, S] rows before flattening
+  // thd, and workload_balanced over a batch of rows with documents: [B, S] rows before flattening.
+  std::optional<std::vector<int64_t>> input_row_shape;
   int64_t num_chunks = 1;                     // thd: streams back to back, each padded_seq_len / num_chunks
   // thd when tokens moved: [B, S] int64, input (b, i) -> stream position, -1 = dropped pad slot.
   std::optional<at::Tensor> input_token_stream_positions;
@@ -124,6 +125,8 @@ class Sharder {
 
  private:
   Batch shard_unpacked(const Batch& batch);
+  // A data-dependent unpacked layout over B >= 2 rows with documents: the rows flattened (shard_rows.cpp).
+  Batch shard_rows(const Batch& batch);
   Batch shard_packed(const Batch& batch);
   // The documents seq_lens / seq_lens_padded describe, validated; empty without seq_lens.
   [[nodiscard]] std::vector<DocSpan> documents(const Batch& batch) const;

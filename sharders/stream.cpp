@@ -9,20 +9,33 @@ namespace cpbench {
 namespace {
 constexpr int64_t kMaxPositions = int64_t{1} << 31;
 
-// valid_prefix over the coordinate axis [0, X).
+// valid_prefix over the coordinate axis [0, X) of every segment.
 void build_prefix(Stream& s) {
-  int64_t X = 0;
-  for (const auto& t : s.tokens) X = std::max<int64_t>(X, t.pos + 1);
-  s.valid_prefix.assign(static_cast<size_t>(X + 1), 0);
+  int64_t X = 0, G = 1;
+  for (const auto& t : s.tokens) {
+    X = std::max<int64_t>(X, t.pos + 1);
+    G = std::max<int64_t>(G, t.segment + 1);
+  }
+  s.extent = X;
+  s.segments = G;
+  const auto row = static_cast<size_t>(X + 1);
+  s.valid_prefix.assign(static_cast<size_t>(G) * row, 0);
   for (const auto& t : s.tokens)
-    if (t.valid) s.valid_prefix[static_cast<size_t>(t.pos + 1)] += 1;
-  for (size_t x = 1; x < s.valid_prefix.size(); ++x) s.valid_prefix[x] += s.valid_prefix[x - 1];
+    if (t.valid) s.valid_prefix[static_cast<size_t>(t.segment) * row + static_cast<size_t>(t.pos + 1)] += 1;
+  for (size_t g = 0; g < static_cast<size_t>(G); ++g)
+    for (size_t x = 1; x < row; ++x) s.valid_prefix[g * row + x] += s.valid_prefix[g * row + x - 1];
 }
 
 void check_length(int64_t P) {
   CP_CHECK(P < kMaxPositions, "a stream of ", P, " positions is too long (at most ", kMaxPositions - 1, ")");
 }
 }  // namespace
+
+int64_t Stream::valid_tokens() const {
+  int64_t n = 0;
+  for (int64_t g = 0; g < segments; ++g) n += valid_prefix[static_cast<size_t>(g * (extent + 1) + extent)];
+  return n;
+}
 
 TokenMeta Stream::token_meta(const std::vector<int64_t>& positions) const {
   const auto n = static_cast<int64_t>(positions.size());
@@ -126,9 +139,41 @@ Stream packed_stream(const std::vector<int64_t>& cu_real, const std::vector<int6
   return packed_stream(docs, cu_real, cu_padded, cu_real.back());
 }
 
-Stream stream_of(const GlobalLayout& g, const std::vector<int64_t>& doc_lens) {
+Stream rows_stream(const std::vector<Stream>& rows) {
+  CP_CHECK(!rows.empty(), "rows stream: needs at least one row");
+  const int64_t L = rows.front().padded_len;
+  Stream s;
+  s.padded_len = L * static_cast<int64_t>(rows.size());
+  check_length(s.padded_len);
+  s.tokens.reserve(static_cast<size_t>(s.padded_len));
+  int32_t docs = 0;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    CP_CHECK(rows[b].padded_len == L, "rows stream: row ", b, " has ", rows[b].padded_len, " positions, row 0 has ", L);
+    int32_t row_docs = 0;
+    for (Stream::Token t : rows[b].tokens) {
+      t.segment = static_cast<int32_t>(b);
+      if (t.doc >= 0) {
+        row_docs = std::max(row_docs, t.doc + 1);
+        t.doc += docs;
+      }
+      s.tokens.push_back(t);
+    }
+    docs += row_docs;
+  }
+  s.single_segment = rows.size() == 1;
+  build_prefix(s);
+  return s;
+}
+
+Stream stream_of(const GlobalLayout& g, const std::vector<int64_t>& doc_lens,
+                 const std::vector<std::vector<int64_t>>& rows) {
   if (!g.cu_seqlens_padded.empty()) return packed_stream(g.cu_seqlens, g.cu_seqlens_padded);
-  return unpacked_stream(g.original_seq_len, doc_lens, g.padded_seq_len);
+  if (g.rows <= 1) return unpacked_stream(g.original_seq_len, rows.empty() ? doc_lens : rows.front(), g.padded_seq_len);
+  CP_CHECK(static_cast<int64_t>(rows.size()) == g.rows, "stream_of: the layout holds ", g.rows, " rows, ", rows.size(),
+           " rows of documents given");
+  std::vector<Stream> parts;
+  for (const auto& r : rows) parts.push_back(unpacked_stream(g.original_seq_len, r, g.padded_seq_len / g.rows));
+  return rows_stream(parts);
 }
 
 }  // namespace cpbench

@@ -33,8 +33,13 @@ struct Stream {
   };
   int64_t padded_len = 0;             // P
   std::vector<Token> tokens;          // [P], one record per position
-  std::vector<int64_t> valid_prefix;  // [X + 1]: valid keys with coordinate < x (X = max pos + 1)
-  bool single_segment = true;         // area counts (key_range, visible_keys) need one segment
+  int64_t extent = 0;                 // X = max pos + 1: the coordinate axis of every segment
+  int64_t segments = 1;               // G = max segment + 1
+  // [G * (X + 1)]: at g * (X + 1) + x, the valid keys of segment g with coordinate < x.
+  std::vector<int64_t> valid_prefix;
+  // Block-level counts that compare coordinates across ranks' keys (mask_area's local_block_areas,
+  // nonempty_blocks, BlockAreas) need one segment; per-query counts (visible_keys, work_keys) do not.
+  bool single_segment = true;
 
   // Coordinates [lo, hi] of the keys q may see under `mask` (MaskSpec::key_window, with `same document`
   // as the document's coordinate range; before the valid filter; may be empty).
@@ -42,22 +47,29 @@ struct Stream {
     const Token& t = tokens[static_cast<size_t>(q)];
     const MaskSpec::Window<int64_t> w = mask.key_window<int64_t>(t.pos);
     int64_t lo = w.lo.value_or(0);
-    int64_t hi = w.hi.value_or(static_cast<int64_t>(valid_prefix.size()) - 2);
+    int64_t hi = w.hi.value_or(extent - 1);
     if (mask.same_document()) {
       lo = std::max<int64_t>(lo, t.doc_lo);
       hi = std::min<int64_t>(hi, t.doc_hi);
     }
     return {lo, hi};
   }
-  // Keys visible to query q (0 <= q < P) under `mask`. O(1).
+  // Keys visible to query q (0 <= q < P) under `mask` (keys of q's segment only). O(1).
   [[nodiscard]] int64_t visible_keys(const MaskSpec& mask, int64_t q) const {
     auto [lo, hi] = key_range(mask, q);
-    const int64_t top = static_cast<int64_t>(valid_prefix.size()) - 2;
+    const int64_t top = extent - 1;
     lo = lo < 0 ? 0 : lo;
     hi = hi > top ? top : hi;
-    return hi < lo ? 0 : valid_prefix[static_cast<size_t>(hi + 1)] - valid_prefix[static_cast<size_t>(lo)];
+    const size_t base = static_cast<size_t>(tokens[static_cast<size_t>(q)].segment) * static_cast<size_t>(extent + 1);
+    return hi < lo ? 0 : valid_prefix[base + static_cast<size_t>(hi + 1)] - valid_prefix[base + static_cast<size_t>(lo)];
   }
-  [[nodiscard]] int64_t valid_tokens() const { return valid_prefix.back(); }
+  // THE rule of what counts as attention work (sharders/mask.hpp, "Work"): the keys visible to q when q
+  // is a real token, else 0. O(1).
+  [[nodiscard]] int64_t work_keys(const MaskSpec& mask, int64_t q) const {
+    return tokens[static_cast<size_t>(q)].valid ? visible_keys(mask, q) : 0;
+  }
+  // Real tokens of the stream (every segment).
+  [[nodiscard]] int64_t valid_tokens() const;
   // int64 [1, n] tensors of the positions `positions` (pos, segment, doc; valid as bool), on the CPU.
   [[nodiscard]] TokenMeta token_meta(const std::vector<int64_t>& positions) const;
 };
@@ -89,8 +101,15 @@ struct DocSpan {
 // Packed stream of documents packed back to back in one row from position 0 (slot = real length).
 [[nodiscard]] Stream packed_stream(const std::vector<int64_t>& cu_real, const std::vector<int64_t>& cu_padded);
 
-// The stream a computed layout partitions: packed when it carries cu_seqlens_padded, else unpacked
-// with `doc_lens` packed from position 0 (seq_len = its original_seq_len).
-[[nodiscard]] Stream stream_of(const GlobalLayout& layout, const std::vector<int64_t>& doc_lens);
+// Input rows back to back in one stream (a data-dependent layout over a batch, GlobalLayout::rows):
+// row b's positions keep their coordinates and become segment b; document ids are renumbered to be
+// unique over the stream. Every row must be as long as the first.
+[[nodiscard]] Stream rows_stream(const std::vector<Stream>& rows);
+
+// The stream a computed layout partitions: packed when it carries cu_seqlens_padded; unpacked with
+// `doc_lens` packed from position 0 (seq_len = its original_seq_len); for a layout over several rows
+// (layout.rows > 1), the rows' streams back to back, row b's documents `rows[b]`.
+[[nodiscard]] Stream stream_of(const GlobalLayout& layout, const std::vector<int64_t>& doc_lens,
+                               const std::vector<std::vector<int64_t>>& rows = {});
 
 }  // namespace cpbench

@@ -118,7 +118,7 @@ Batch Sharder::shard_packed(const Batch& in) {
   const int64_t rows_per_chunk = B / N;
   const std::vector<DocSpan> docs = thd_documents(documents(in), in, options_, who());
   LayoutRequest req{W, 0, thd_slots(docs, document_multiple(), N, rows_per_chunk, who()), options_.mask,
-                    options_.chunk_size};
+                    options_.chunk_size, {}};
   ShardLayout sl;
   sl.global = layout_->compute(req);
   // The layout was asked for slot widths; GlobalLayout::cu_seqlens promises real lengths.

@@ -28,14 +28,15 @@ namespace {
 
 // Greedy longest-processing-time with a cardinality cap: heaviest chunk first, onto the least loaded
 // rank that still has room (MagiAttention's MinHeapDispatchAlg).
-std::vector<int64_t> greedy(const std::vector<int64_t>& areas, int64_t cp, int64_t per_rank) {
+std::vector<int64_t> greedy(const std::vector<int64_t>& areas, int64_t cp, int64_t per_rank,
+                            const std::vector<int64_t>& base) {
   const size_t n = areas.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return areas[a] > areas[b]; });
   using Slot = std::pair<int64_t, int64_t>;  // (load, rank): ties go to the lower rank
   std::priority_queue<Slot, std::vector<Slot>, std::greater<>> open;
-  for (int64_t r = 0; r < cp; ++r) open.push({0, r});
+  for (int64_t r = 0; r < cp; ++r) open.push({base.empty() ? 0 : base[static_cast<size_t>(r)], r});
   std::vector<int64_t> count(static_cast<size_t>(cp), 0), owner(n, -1);
   for (size_t i : order) {
     auto [load, r] = open.top();
@@ -50,9 +51,10 @@ std::vector<int64_t> greedy(const std::vector<int64_t>& areas, int64_t cp, int64
 // lighter chunk b of another rank R. The best swap minimizes max(L_M - d, L_R + d), d = area a -
 // area b; it is taken only if that is below L_M, so the sorted load vector strictly decreases and
 // the loop ends. Each rank's chunk areas are kept sorted for the binary search on b.
-void improve_by_swaps(const std::vector<int64_t>& areas, int64_t cp, std::vector<int64_t>& owner) {
+void improve_by_swaps(const std::vector<int64_t>& areas, int64_t cp, const std::vector<int64_t>& base,
+                      std::vector<int64_t>& owner) {
   const size_t W = static_cast<size_t>(cp);
-  std::vector<int64_t> load(W, 0);
+  std::vector<int64_t> load = base.empty() ? std::vector<int64_t>(W, 0) : base;
   // members[r]: (area, chunk) pairs sorted ascending.
   std::vector<std::vector<std::pair<int64_t, size_t>>> members(W);
   for (size_t i = 0; i < areas.size(); ++i) {
@@ -113,13 +115,15 @@ void improve_by_swaps(const std::vector<int64_t>& areas, int64_t cp, std::vector
 
 }  // namespace
 
-std::vector<int64_t> assign_chunks(const std::vector<int64_t>& areas, int64_t cp) {
+std::vector<int64_t> assign_chunks(const std::vector<int64_t>& areas, int64_t cp, const std::vector<int64_t>& base) {
   CP_CHECK(cp >= 1, "workload_balanced: cp must be a positive integer, got ", cp);
   CP_CHECK(areas.size() % static_cast<size_t>(cp) == 0, "workload_balanced: ", areas.size(),
            " chunks cannot be split evenly over cp=", cp);
+  CP_CHECK(base.empty() || base.size() == static_cast<size_t>(cp), "workload_balanced: base loads for ", base.size(),
+           " ranks, cp=", cp);
   if (areas.empty()) return {};
-  std::vector<int64_t> owner = greedy(areas, cp, static_cast<int64_t>(areas.size()) / cp);
-  improve_by_swaps(areas, cp, owner);
+  std::vector<int64_t> owner = greedy(areas, cp, static_cast<int64_t>(areas.size()) / cp, base);
+  improve_by_swaps(areas, cp, base, owner);
   return owner;
 }
 
@@ -143,35 +147,49 @@ class WorkloadBalanced final : public Layout {
     CP_CHECK(req.cp >= 1, "workload_balanced: cp must be a positive integer, got ", req.cp);
     CP_CHECK(req.seq_len >= 1, "workload_balanced: seq_len must be a positive integer, got ", req.seq_len);
     CP_CHECK(req.chunk_size >= 0, "workload_balanced: chunk_size must be >= 0 (0 = default), got ", req.chunk_size);
-    int64_t docs_total = 0;
-    for (size_t d = 0; d < req.doc_lens.size(); ++d) {
-      CP_CHECK(req.doc_lens[d] >= 1, "workload_balanced: doc_lens[", d, "] must be a positive length, got ",
-               req.doc_lens[d]);
-      docs_total += req.doc_lens[d];
+    CP_CHECK(req.rows.empty() || req.doc_lens.empty(), "workload_balanced: give doc_lens (one row) or rows (a batch), "
+             "not both");
+    const std::vector<std::vector<int64_t>> rows =
+        req.rows.empty() ? std::vector<std::vector<int64_t>>{req.doc_lens} : req.rows;
+    for (size_t b = 0; b < rows.size(); ++b) {
+      int64_t docs_total = 0;
+      const std::string where = req.rows.empty() ? "doc_lens" : detail::concat("rows[", b, "]");
+      for (size_t d = 0; d < rows[b].size(); ++d) {
+        CP_CHECK(rows[b][d] >= 1, "workload_balanced: ", where, "[", d, "] must be a positive length, got ",
+                 rows[b][d]);
+        docs_total += rows[b][d];
+      }
+      CP_CHECK(docs_total <= req.seq_len, "workload_balanced: ", where, " sum to ", docs_total,
+               " tokens, more than seq_len ", req.seq_len);
     }
-    CP_CHECK(docs_total <= req.seq_len, "workload_balanced: doc_lens sum to ", docs_total,
-             " tokens, more than seq_len ", req.seq_len);
     const MaskSpec& mask = req.mask;
     const int64_t chunk =
         req.chunk_size > 0 ? req.chunk_size : workload_balanced::default_chunk_size(req.seq_len, req.cp);
+    const int64_t row_len = layout_math::round_up(req.seq_len, chunk * req.cp);
+    const int64_t n = row_len / chunk;  // chunks per row
 
     GlobalLayout g;
     g.layout = name();
     g.cp = req.cp;
     g.original_seq_len = req.seq_len;
-    g.padded_seq_len = layout_math::round_up(req.seq_len, chunk * req.cp);
-    const Stream stream = unpacked_stream(req.seq_len, req.doc_lens, g.padded_seq_len);
-    const int64_t n = g.padded_seq_len / chunk;
-    std::vector<int64_t> areas(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i)
-      areas[static_cast<size_t>(i)] = mask_area::run_area(stream, mask, i * chunk, (i + 1) * chunk);
-    const std::vector<int64_t> owner = workload_balanced::assign_chunks(areas, req.cp);
+    g.rows = static_cast<int64_t>(rows.size());
+    g.padded_seq_len = g.rows * row_len;
     g.ranks.resize(static_cast<size_t>(req.cp));
     for (auto& r : g.ranks) r.reserve(static_cast<size_t>(g.padded_seq_len / req.cp));
-    // Chunks in index order, so each rank's positions come out ascending.
-    for (int64_t i = 0; i < n; ++i) {
-      auto& r = g.ranks[static_cast<size_t>(owner[static_cast<size_t>(i)])];
-      for (int64_t p = i * chunk; p < (i + 1) * chunk; ++p) r.push_back(p);
+    // Row by row: each row's chunks W-way, from the loads the earlier rows left (balanced per row in
+    // tokens, over the batch in work).
+    std::vector<int64_t> load(static_cast<size_t>(req.cp), 0), areas(static_cast<size_t>(n));
+    for (int64_t b = 0; b < g.rows; ++b) {
+      const Stream stream = unpacked_stream(req.seq_len, rows[static_cast<size_t>(b)], row_len);
+      for (int64_t i = 0; i < n; ++i)
+        areas[static_cast<size_t>(i)] = mask_area::run_area(stream, mask, i * chunk, (i + 1) * chunk);
+      const std::vector<int64_t> owner = workload_balanced::assign_chunks(areas, req.cp, load);
+      // Chunks in index order, so each rank's positions come out ascending.
+      for (int64_t i = 0; i < n; ++i) {
+        const auto r = static_cast<size_t>(owner[static_cast<size_t>(i)]);
+        load[r] += areas[static_cast<size_t>(i)];
+        for (int64_t p = i * chunk; p < (i + 1) * chunk; ++p) g.ranks[r].push_back(b * row_len + p);
+      }
     }
     return g;
   }

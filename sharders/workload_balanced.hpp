@@ -3,11 +3,18 @@
 // the layout itself is registered as "workload_balanced" (sharders/registry.cpp).
 //
 // The stream is the row in order (documents from position 0, then padding), right-padded to a
-// multiple of chunk * W. It is cut into chunks of `chunk` positions; each chunk's area is the number
-// of visible (query, key) pairs of its queries under the actual mask (sharders/mask_area.hpp, the
-// transports' semantics). Every rank gets the same number of chunks; the assignment minimizes the
-// largest per-rank area: greedy longest-first with a per-rank capacity, then pairwise swaps. Each
-// rank's positions are in ascending order. Deterministic: ties go to the lower chunk index / rank.
+// multiple of chunk * W. It is cut into chunks of `chunk` positions; each chunk's area is its work
+// under the actual mask (visible pairs between real tokens, sharders/mask_area.hpp). Every rank gets
+// the same number of chunks; the assignment minimizes the largest per-rank area: greedy longest-first
+// with a per-rank capacity, then pairwise swaps. Each rank's positions are in ascending order.
+// Deterministic: ties go to the lower chunk index / rank.
+//
+// A batch (LayoutRequest::rows, two or more rows): every row is padded to the same multiple of
+// chunk * W and the rows lie back to back in one stream (GlobalLayout::rows). Each row's chunks are
+// dispatched on their own, W-way (every rank owns the same number of chunks of every row, so the map
+// of each row is a workload_balanced map of that row), starting from the loads the earlier rows left,
+// so the ranks' work is balanced over the batch too. The Sharder flattens such a batch into this one
+// stream ([1, rows x P_row / W] per rank, like thd), which is how packed training feeds it.
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +29,9 @@ inline constexpr int64_t kMaxDefaultChunk = 512;
 
 // areas[i] = work of chunk i (>= 0); areas.size() must be a multiple of cp. Returns owner[i] in
 // [0, cp), with exactly areas.size() / cp chunks per rank, minimizing (heuristically) the largest
-// per-rank sum. O(n log n) greedy plus swaps of O(n log(n/cp)) each.
-[[nodiscard]] std::vector<int64_t> assign_chunks(const std::vector<int64_t>& areas, int64_t cp);
+// per-rank sum base[r] + (the areas r gets); base (empty = zeros, else [cp]) is the work the ranks
+// already carry (the earlier rows of a batch). O(n log n) greedy plus swaps of O(n log(n/cp)) each.
+[[nodiscard]] std::vector<int64_t> assign_chunks(const std::vector<int64_t>& areas, int64_t cp,
+                                                 const std::vector<int64_t>& base = {});
 
 }  // namespace cpbench::workload_balanced

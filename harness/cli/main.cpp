@@ -82,7 +82,9 @@ int main(int argc, char** argv) {
   layout_cmd->add_option("--sharder", layout_opts.sharder, "layout name: " + cpbench::known_layouts_text())->required();
   layout_cmd->add_option("--cp", layout_opts.cp, "CP world size W")->required();
   layout_cmd->add_option("--seq-len", layout_opts.seq_len, "sequence length S (tokens, before padding)");
-  layout_cmd->add_option("--doc-lens", layout_opts.doc_lens, "document lengths for thd, e.g. 7,12,5")->delimiter(',');
+  layout_cmd->add_option("--doc-lens", doc_lens_text,
+                         "document lengths, e.g. 7,12,5; a batch's rows separated by '/' (workload_balanced, thd), "
+                         "e.g. 300,500,200/999");
   layout_cmd->add_option("--format", layout_opts.format, "table or json")->check(CLI::IsMember({"table", "json"}));
   layout_cmd->add_option("--mask", layout_opts.mask, "mask a data-dependent layout balances for (workload_balanced)");
   layout_cmd->add_option("--chunk-size", layout_opts.chunk_size, "workload_balanced chunk (0 = default rule)");
@@ -152,7 +154,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*layout_cmd) return cpbench::run_layout_command(layout_opts);
+    if (*layout_cmd) {
+      if (!doc_lens_text.empty()) cpbench::parse_doc_lens(doc_lens_text, layout_opts);
+      return cpbench::run_layout_command(layout_opts);
+    }
     if (*plan_cmd) return cpbench::run_plan_command(plan_opts);
     if (*run_cmd) return cpbench::run_command(run_opts);
     if (*rank_cmd) return cpbench::rank_command(rank_opts);

@@ -373,10 +373,21 @@ HfModel with_overrides(const HfModel& m, const ModelOverrides& o) {
   if (!o.mixers.empty() || o.layers > 0) {
     r.mixers = !o.mixers.empty() ? o.mixers : resample_mixers(m.mixers, o.layers);
     const auto n = static_cast<int64_t>(r.mixers.size());
+    // The k-th of the a new attention layers takes the flags of the attention layer it samples among
+    // the file's A: number floor((2k + 1) A / (2a)), the spreading resample_mixers uses. Sampling among
+    // all layers would hand an attention layer an SSM layer's (absent) flags.
+    std::vector<int64_t> attention;
+    for (int64_t i = 0; i < L; ++i)
+      if (m.mixers[static_cast<size_t>(i)] == 'A') attention.push_back(i);
+    const auto A = static_cast<int64_t>(attention.size());
+    const auto a = static_cast<int64_t>(std::count(r.mixers.begin(), r.mixers.end(), 'A'));
     r.sliding.assign(static_cast<size_t>(n), false);
-    for (int64_t i = 0; i < n && L > 0; ++i)
-      r.sliding[static_cast<size_t>(i)] =
-          r.mixers[static_cast<size_t>(i)] == 'A' && m.sliding[static_cast<size_t>((2 * i + 1) * L / (2 * n))];
+    for (int64_t i = 0, k = 0; i < n && A > 0; ++i) {
+      if (r.mixers[static_cast<size_t>(i)] != 'A') continue;
+      const int64_t src = attention[static_cast<size_t>((2 * k + 1) * A / (2 * a))];
+      r.sliding[static_cast<size_t>(i)] = m.sliding[static_cast<size_t>(src)];
+      ++k;
+    }
     if (r.sliding_layers() == 0) r.sliding_window = 0;
     const auto scale = [&](int64_t k) {
       return L > 0 ? static_cast<int64_t>(std::llround(static_cast<double>(k) * static_cast<double>(n) / static_cast<double>(L)))

@@ -111,8 +111,11 @@ struct ModelOverrides {
 };
 // `m` shrunk or grown by `o`, keeping what o does not name in proportion (so a CPU run keeps a real
 // model's head ratios and layer pattern):
-//   layers without mixers   mixers = resample_mixers(m.mixers, layers) (sliding flags follow the
-//                           layer each new one samples); MLP blocks scale with the mixer layers
+//   layers without mixers   mixers = resample_mixers(m.mixers, layers); MLP blocks scale with the mixer
+//                           layers. Sliding flags (layers or mixers given): the k-th of the a new
+//                           attention layers takes the flag of the file's attention layer number
+//                           floor((2k + 1) A / (2a)) of its A (all-attention models: the layer at
+//                           floor((2i + 1) L / (2n)))
 //   heads without kv_heads  kv_heads = max(1, heads / (m.heads / m.kv_heads)): query heads per kv head kept
 //   hidden or heads         head_dim = hidden / heads unless head_dim is given
 //   ssm_heads w/o groups    groups = max(1, ssm_heads / (m.ssm.heads / m.ssm.groups))

@@ -59,6 +59,11 @@ std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankS
   return out;
 }
 
+double flops_utilization(double flops, double seconds, int64_t ranks, double peak_per_rank) {
+  if (seconds <= 0 || ranks < 1 || peak_per_rank <= 0) return 0;
+  return flops / seconds / (static_cast<double>(ranks) * peak_per_rank);
+}
+
 double model_matmul_params(const CaseContext& x) {
   double n = 0;
   for (const auto& [name, p] : x.params)
@@ -121,6 +126,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   const double step_s = stats::median(m.step_s);
   const double spread = stats::range_spread(m.step_s);
   const double tokens = static_cast<double>(x.data.real_tokens);  // of this CP group's batch
+  add("tokens_per_step", tokens, "tokens");
   add("tokens_per_s", step_s > 0 ? tokens * static_cast<double>(c.dp) / step_s : 0, "tokens/s", spread);
   add("step_s", step_s, "s", spread);
   add("step_noise", m.noise, "fraction");
@@ -184,8 +190,9 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   add("model_flops", model_flops, "flop");
   add("model_tflops_per_s", model_rate / 1e12, "TFLOP/s");
   add("model_tflops_per_s_per_rank", model_rate / n / 1e12, "TFLOP/s");
-  if (res.peak.flops > 0) add("mfu", model_rate / n / res.peak.flops, "ratio");
-  if (res.peak.flops > 0) add("attention_mfu", rate_of_slowest / res.peak.flops, "ratio");
+  if (res.peak.flops > 0) add("mfu", flops_utilization(model_flops, step_s, c.cp, res.peak.flops), "ratio");
+  if (res.peak.flops > 0)
+    add("attention_mfu", flops_utilization(sum_visible, attention_s, c.cp, res.peak.flops), "ratio");
   for (const auto& cb : res.collectives)
     if (res.peak.link_bandwidth > 0)
       add("busbw_vs_nominal:" + cb.collective + ":" + std::to_string(cb.bytes), cb.busbw / res.peak.link_bandwidth,

@@ -17,7 +17,12 @@
 //   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the SSM scans' FLOPs) / step_s
 //                              for the CP group; N = parameters in matrix products (all but the
 //                              embedding table)
-//   mfu                        model FLOP/s per rank / the rank's peak FLOP/s
+//   model_flops                real tokens and the work rule's attention pairs only (sharders/mask.hpp:
+//                              padding a layout inserts is hardware work, in attention_flops_computed)
+//   mfu                        flops_utilization(model_flops, step_s, cp, peak): the group's model FLOP/s
+//                              over cp x the peak FLOP/s of one rank in the case's dtype
+//   attention_mfu              flops_utilization(sum over ranks of attention_flops_visible, attention_s,
+//                              cp, peak)
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +46,10 @@ struct RankSummary {
 
 // Every CP rank's summary, in rank order (a collective over the CP group).
 [[nodiscard]] std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& mine);
+
+// MFU by its definition: `flops` done by a group of `ranks` ranks in `seconds`, over the group's peak,
+// ranks x `peak_per_rank` (FLOP/s of one rank in the case's dtype). 0 when any of them is not positive.
+[[nodiscard]] double flops_utilization(double flops, double seconds, int64_t ranks, double peak_per_rank);
 
 // FLOPs in matrix products per token and forward pass: 2 x the parameters of every >= 2-D weight but
 // the embedding table (a lookup).

@@ -93,6 +93,10 @@ struct BlockPlan {
   // whole block in one call with them.
   std::optional<FlashVarlen> varlen{};
   int64_t visible_pairs = 0;   // summed over the batch, per head
+  // The visible pairs whose query is a real token (the work rule, sharders/mask.hpp): what the FLOP
+  // and MFU metrics count. Set by PlanCache from the queries' validity; -1 = not known (plans built
+  // from a mask alone), read as visible_pairs.
+  int64_t work_pairs = -1;
   int64_t computed_pairs = 0;  // what the kernel actually evaluates: B x (|rows| x |cols| when full,
                                // the non-empty cells' area when masked, 0 when empty)
 };

@@ -1,5 +1,6 @@
 #include "kernels/attention/plan_cache.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 #include <vector>
@@ -42,6 +43,26 @@ bool diagonal_is_causal(const MaskSpec& mask, const TokenMeta& m) {
   return (m.pos.narrow(1, 1, m.pos.size(1) - 1) > m.pos.narrow(1, 0, m.pos.size(1) - 1)).all().item<bool>();
 }
 
+namespace {
+// The work rule (sharders/mask.hpp): the block's visible pairs less those of its padding queries,
+// counted on the padding queries' rows only (build_mask of [B, padding queries, Sk], a slice of them
+// at a time so the mask stays below ~16M elements). O(padding queries x Sk), once per step.
+int64_t work_pairs(const MaskSpec& mask, const TokenMeta& q, const TokenMeta& k, int64_t visible) {
+  if (visible == 0 || !q.valid.defined()) return visible;
+  const at::Tensor pad = q.valid.logical_not();
+  const at::Tensor cols = pad.any(0).nonzero().flatten();
+  const int64_t n = cols.numel();
+  if (n == 0) return visible;
+  const int64_t step = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, q.batch() * k.tokens()));
+  int64_t seen = 0;
+  for (int64_t i = 0; i < n; i += step) {
+    const at::Tensor c = cols.narrow(0, i, std::min(step, n - i));
+    seen += build_mask(mask, q.index_select(1, c), k).logical_and(pad.index_select(1, c).unsqueeze(-1)).sum().item<int64_t>();
+  }
+  return visible - seen;
+}
+}  // namespace
+
 PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMeta& all, int rank, int world,
                      const at::Device& device)
     : mask_(mask), rank_(rank) {
@@ -64,6 +85,7 @@ PlanCache::PlanCache(const MaskSpec& mask, const TokenMeta& local, const TokenMe
     BlockPlan p =
         src == rank && causal_diag && same_tokens(q, k) ? causal_block_plan(batch_, tokens_) : plan_block(mask, q, k);
     g_metadata_plans.fetch_add(1);
+    p.work_pairs = work_pairs(mask, q, k, p.visible_pairs);
     // The flash window / varlen arguments are read by the CUDA routes only: decided here, on the host,
     // while the plan's cells are still on it (the CPU routes never read them; planning on the CPU
     // stays what it was).

@@ -39,10 +39,11 @@ struct AttentionStats {
   double compute_seconds = 0;       // attention maths (forward and backward)
   double comm_seconds = 0;          // time blocked in communication (exposed, not overlapped)
   int64_t bytes_sent = 0;           // bytes this rank sent (forward and backward), per the transport's formula
-  double flops = 0;                 // forward FLOPs of the visible (q, k) pairs (attention_flops, flops.hpp)
+  double flops = 0;                 // forward FLOPs of the work: visible (q, k) pairs between real tokens
+                                    // (the work rule, sharders/mask.hpp; attention_flops, flops.hpp)
   double flops_computed = 0;        // forward FLOPs of what the kernels evaluate: whole tiles / bands, so a
                                     // causal diagonal tile counts whole, a skipped block 0; >= flops
-  int64_t visible_pairs = 0;        // (q, k) pairs visible under the mask for this rank's queries, summed over batch (per head)
+  int64_t visible_pairs = 0;        // (q, k) pairs visible under the mask for this rank's real queries, summed over batch (per head)
   int64_t calls = 0;
   double transfer_seconds = 0;      // time the exchanges were in flight, post to completion (overlapped or not)
   std::map<std::string, int64_t> kernel_blocks;  // blocks evaluated per kernel route (fused_attention.hpp), fwd

@@ -90,7 +90,7 @@ BlockNumerics TransportState::numerics(at::ScalarType input, bool single_block) 
 }
 
 void TransportState::count_block(const BlockPlan& plan, KernelRoute route, CallPairs& pairs) const {
-  pairs.visible += plan.visible_pairs;
+  pairs.visible += plan.work_pairs >= 0 ? plan.work_pairs : plan.visible_pairs;
   pairs.computed += routed_pairs(plan, route, shape.batch);
   if (stats) stats->kernel_blocks[to_string(route)] += 1;
 }

@@ -27,7 +27,7 @@ struct AttendShape {
 // (query, key) pairs of one forward call's blocks, summed over the batch, per head: visible under the
 // mask, and evaluated by the kernels (routed_pairs).
 struct CallPairs {
-  int64_t visible = 0, computed = 0;
+  int64_t visible = 0, computed = 0;  // visible: the work rule's pairs (BlockPlan::work_pairs)
 };
 
 // What a transport's forward hands to its backward. Owned by the autograd node (see

@@ -112,7 +112,7 @@ void BM_Layout(benchmark::State& state, const std::string& name_in) {
   const std::string name = name_in == "thd_aligned" ? "thd" : name_in;
   const int64_t W = state.range(0), S = state.range(1);
   auto layout = make_layout(name);
-  LayoutRequest req{W, S, {}, MaskSpec{}, 0};
+  LayoutRequest req{W, S, {}, MaskSpec{}, 0, {}};
   if (name == "thd") {
     for (int64_t left = S; left > 0; left -= 4096) req.doc_lens.push_back(std::min<int64_t>(4096, left));
   }

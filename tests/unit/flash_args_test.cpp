@@ -346,5 +346,32 @@ TEST(FlashArgs, FlashLayoutsRoundTrip) {
   EXPECT_TRUE(kernels::lse_from_flash_varlen(flat, 2).equal(lse));
 }
 
+// The window decision over several batch rows (flash_window_for): one window serves every row of a
+// call, so rows that differ on ONE side of their window only must be refused like rows that differ on
+// both. A check of one side alone would hand flash row 0's window for row 1: on a GPU, one key too
+// many (or too few) for the rows where they differ. Each case is written down by hand.
+TEST(FlashArgs, WindowRefusesBatchRowsThatDifferOnOneSideOnly) {
+  const at::Tensor causal = at::ones({8, 8}, at::kBool).tril();
+  ASSERT_TRUE(kernels::flash_window_for(at::stack({causal, causal})).has_value()) << "equal rows: one window";
+  // Left side only: row 1 is a sliding window of 3 (query i sees i-2..i), row 0 causal; every query's
+  // last key (i) is the same.
+  const at::Tensor window3 = causal.logical_and(at::ones({8, 8}, at::kBool).triu(-2));
+  ASSERT_TRUE(kernels::flash_window_for(window3.unsqueeze(0)).has_value()) << "alone it is a window";
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({causal, window3})).has_value()) << "left side differs (row 1)";
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({window3, causal})).has_value()) << "left side differs (row 0)";
+  // Right side only: row 1 sees one key more on the right (i + 1), first keys all 0.
+  const at::Tensor ahead = at::ones({8, 8}, at::kBool).tril(1);
+  ASSERT_TRUE(kernels::flash_window_for(ahead.unsqueeze(0)).has_value());
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({causal, ahead})).has_value()) << "right side differs (row 1)";
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({ahead, causal})).has_value()) << "right side differs (row 0)";
+  // One query only, one side only: query 6 of row 1 sees keys 1..6 instead of 0..6.
+  at::Tensor one = causal.clone();
+  one[6][0] = false;
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({causal, one})).has_value()) << "one query's first key";
+  at::Tensor last = causal.clone();
+  last[2][3] = true;  // query 2 of row 1 sees keys 0..3
+  EXPECT_FALSE(kernels::flash_window_for(at::stack({causal, last})).has_value()) << "one query's last key";
+}
+
 }  // namespace
 }  // namespace cpbench

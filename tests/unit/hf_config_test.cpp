@@ -340,6 +340,59 @@ TEST(HfConfig, OverridesKeepHeadRatios) {
   EXPECT_EQ(mi.sliding_window, 4096);
 }
 
+// Per-layer attributes of a shrunk model whose layers differ, against patterns worked out by hand
+// from the rule (hf_config.hpp with_overrides): the k-th of the a new attention layers takes the
+// sliding flag of the file's attention layer floor((2k + 1) A / (2a)). A model where every layer is
+// the same (mistral: all sliding) passes whatever layer is sampled; these do not.
+TEST(HfConfig, ResampledSlidingFlagsAreTheLayersTheySample) {
+  const auto flags = [](const HfModel& m) {
+    std::string s;
+    for (size_t i = 0; i < m.sliding.size(); ++i) s += m.mixers[i] == 'A' ? (m.sliding[i] ? 'S' : 'F') : 'M';
+    return s;
+  };
+  // 36 attention layers, full every 4th (3, 7, 11, ...): "SSSF" x 9.
+  json t = shipped_json("qwen3-8b");
+  t["sliding_window"] = 1024;
+  t["layer_types"] = json::array();
+  for (int i = 0; i < 36; ++i) t["layer_types"].push_back(i % 4 == 3 ? "full_attention" : "sliding_attention");
+  const HfModel g = parse_hf_config(t.dump(), "t.json", "t");
+  ModelOverrides o;
+  // n = 6: layers floor((2k + 1) 36 / 12) = 3, 9, 15, 21, 27, 33 -> F S F S F S.
+  o.layers = 6;
+  EXPECT_EQ(flags(with_overrides(g, o)), "FSFSFS");
+  // n = 4: floor((2k + 1) 36 / 8) = 4, 13, 22, 31 -> S S S F.
+  o.layers = 4;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SSSF");
+  // n = 9: floor((2k + 1) 2) = 2, 6, 10, ... (all = 2 mod 4) -> every one sliding.
+  o.layers = 9;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SSSSSSSSS");
+  EXPECT_EQ(with_overrides(g, o).sliding_window, 1024);
+  // n = 2: floor(9) = 9 (S), floor(27) = 27 (F).
+  o.layers = 2;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SF");
+
+  // A hybrid whose attention layers differ: Nemotron-H's 28 mixers (A at 4, 10, 16, 22), the 2nd and
+  // 4th attention layers sliding. n = 14 -> mixers "MMMAMMMMMMAMMM" (a = 2 of A = 4): attention
+  // layers floor((2k + 1) 4 / 4) = 1, 3 of the file's -> layers 10 and 22, both sliding. (Sampling
+  // among all 28 layers would take layers 7 and 21, both Mamba: no sliding layer left.)
+  HfModel h = shipped_model("nemotron-h-8b");
+  h.sliding.assign(h.mixers.size(), false);
+  h.sliding[10] = h.sliding[22] = true;
+  h.sliding_window = 512;
+  o.layers = 14;
+  EXPECT_EQ(flags(with_overrides(h, o)), "MMMSMMMMMMSMMM");
+  EXPECT_EQ(with_overrides(h, o).sliding_window, 512);
+  // n = 4 -> "MMAM", a = 1: attention layer floor(4 / 2) = 2 of the file's -> layer 16, full.
+  o.layers = 4;
+  EXPECT_EQ(flags(with_overrides(h, o)), "MMFM");
+  EXPECT_EQ(with_overrides(h, o).sliding_window, 0) << "no sliding layer kept: no window";
+  // Mixers given by hand: "AMAA" (a = 3) -> attention layers floor((2k + 1) 4 / 6) = 0, 2, 3 -> layers
+  // 4 (F), 16 (F), 22 (S).
+  o = ModelOverrides{};
+  o.mixers = "AMAA";
+  EXPECT_EQ(flags(with_overrides(h, o)), "FMFS");
+}
+
 TEST(HfConfig, ScenarioModelConfigShrinksARealModel) {
   const std::string yaml = R"(
 model:

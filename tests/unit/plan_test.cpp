@@ -105,7 +105,11 @@ std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W,
   };
   const TokenMeta all{cat(&TokenMeta::pos), cat(&TokenMeta::segment), cat(&TokenMeta::doc), cat(&TokenMeta::valid)};
   std::vector<int64_t> out;
-  for (int64_t r = 0; r < W; ++r) out.push_back(build_mask(mask, ranks[static_cast<size_t>(r)], all).sum().item<int64_t>());
+  // The work rule (sharders/mask.hpp): visible pairs whose query is a real token too.
+  for (int64_t r = 0; r < W; ++r) {
+    const TokenMeta& q = ranks[static_cast<size_t>(r)];
+    out.push_back(build_mask(mask, q, all).logical_and(q.valid.unsqueeze(-1)).sum().item<int64_t>());
+  }
   return out;
 }
 
