@@ -40,4 +40,8 @@ struct MeasureHooks {
 [[nodiscard]] MeasurementRecord measure_steps(const MeasureSpec& spec, const TimedStep& step, const GroupMax& group_max,
                                               const MeasureHooks& hooks);
 
+// This process's CPU seconds so far (CLOCK_PROCESS_CPUTIME_ID: every thread, intra-op threads
+// included). Around a step it measures the rank's work, not the time other processes held the cores.
+[[nodiscard]] double process_cpu_seconds();
+
 }  // namespace cpbench
