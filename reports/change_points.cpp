@@ -32,14 +32,17 @@ Split best_split(const std::vector<double>& x, int64_t min_segment, double expon
   const auto block = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     return at(i1, j1) - at(i0, j1) - at(i1, j0) + at(i0, j0);
   };
-  for (int64_t t = min_segment; t <= m - min_segment; ++t) {
-    const double a = static_cast<double>(t), b = static_cast<double>(m - t);
-    const double cross = block(0, t, t, m) / (a * b);
-    const double left = block(0, t, 0, t) / (a * (a - 1));   // ordered pairs: 2 x the unordered sum
-    const double right = block(t, m, t, m) / (b * (b - 1));
-    const double q = a * b / (a + b) * (2 * cross - left - right);
-    if (best.t < 0 || q > best.q) best = {t, q};
-  }
+  // Matteson & James: the right sample is [t, k) for every end k, so a change that comes back (a dip)
+  // is found as well as a step.
+  for (int64_t k = 2 * min_segment; k <= m; ++k)
+    for (int64_t t = min_segment; t <= k - min_segment; ++t) {
+      const double a = static_cast<double>(t), b = static_cast<double>(k - t);
+      const double cross = block(0, t, t, k) / (a * b);
+      const double left = block(0, t, 0, t) / (a * (a - 1));  // ordered pairs: 2 x the unordered sum
+      const double right = block(t, k, t, k) / (b * (b - 1));
+      const double q = a * b / (a + b) * (2 * cross - left - right);
+      if (best.t < 0 || q > best.q) best = {t, q};
+    }
   return best;
 }
 

@@ -31,12 +31,6 @@ int Comparison::exit_status() const {
 }
 
 namespace {
-std::string pct(double fraction) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << fraction * 100 << "%";
-  return os.str();
-}
-
 // The metric's value for the table: tokens/s, or the median CPU seconds per step.
 double display_value(const RunResult& r, const std::string& metric) {
   if (metric == "cpu_s") return stats::median(r.measurement.cpu_s);
@@ -64,7 +58,7 @@ void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions&
   d.noise = std::max(stats::median_noise(bs), stats::median_noise(ns));
   if (d.delta >= -opts.threshold) return;  // not slower by what matters: ok whatever the evidence
   const std::string what = opts.metric == "cpu_s" ? "CPU work rate" : "throughput";
-  const std::string drop = what + " fell " + pct(-d.delta) + " (threshold " + pct(opts.threshold) + ")";
+  const std::string drop = what + " fell " + percent(-d.delta) + " (threshold " + percent(opts.threshold) + ")";
   const auto inconclusive = [&](const std::string& why) {
     d.inconclusive = true;
     d.why = drop + ", but " + why;
@@ -87,20 +81,20 @@ void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions&
   };
   if (b.measurement.machine.busy() || n.measurement.machine.busy())
     widen(opts.busy_floor, std::string(b.measurement.machine.busy() ? "the base" : "the new") +
-                               " run was measured on a busy machine, whose runs land up to " + pct(opts.busy_floor) +
+                               " run was measured on a busy machine, whose runs land up to " + percent(opts.busy_floor) +
                                " apart (--busy-floor)");
   const double nb = stats::median_noise(bs), nn = stats::median_noise(ns);
   if (std::max(nb, nn) > opts.max_noise)
-    widen(nb + nn, "the medians' noise (" + pct(nb) + " + " + pct(nn) + ") is above --max-noise " + pct(opts.max_noise));
+    widen(nb + nn, "the medians' noise (" + percent(nb) + " + " + percent(nn) + ") is above --max-noise " + percent(opts.max_noise));
   const stats::MannWhitney u = stats::mann_whitney(bs, ns);
   d.p_value = u.p_two_sided;
   const std::string p_text = std::string("Mann-Whitney ") + (u.exact ? "exact " : "") + "p = " + num(u.p_two_sided);
   if (u.p_two_sided >= opts.alpha)
     return inconclusive("not significant (" + p_text + " >= alpha " + num(opts.alpha) + ")");
-  if (drop_frac <= d.floor) return inconclusive("within the floor " + pct(d.floor) + ": " + floor_why);
+  if (drop_frac <= d.floor) return inconclusive("within the floor " + percent(d.floor) + ": " + floor_why);
   d.regression = true;
   d.why = drop + ", " + p_text + " < alpha " + num(opts.alpha);
-  if (d.floor > 0) d.why += ", beyond the floor " + pct(d.floor);
+  if (d.floor > 0) d.why += ", beyond the floor " + percent(d.floor);
 }
 // The pair's run-to-run noise from every judged case's log-ratio of the medians (kMinCasesForSpread or
 // more): a regression within between_run_k x their robust spread becomes inconclusive.
@@ -121,7 +115,7 @@ void apply_between_run_floor(Comparison& c) {
     if (-std::log1p(d.delta) > floor_log) continue;
     d.regression = false;
     d.inconclusive = true;
-    d.why += ", but within this pair's run-to-run noise: a drop up to " + pct(floor) + " (" +
+    d.why += ", but within this pair's run-to-run noise: a drop up to " + percent(floor) + " (" +
              num(c.options.between_run_k, 2) + " x the robust spread of the " + std::to_string(logs.size()) +
              " cases' changes)";
   }

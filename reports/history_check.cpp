@@ -16,12 +16,6 @@
 namespace cpbench {
 namespace {
 
-std::string pct(double fraction) {
-  std::ostringstream os;
-  os << std::showpos << std::fixed << std::setprecision(1) << fraction * 100 << "%";
-  return os.str();
-}
-
 std::string short_commit(const std::string& c) { return c.size() > 10 ? c.substr(0, 10) : c; }
 
 // The changes of `points` at the given change points: segment medians, direction, rate drop.
@@ -61,11 +55,13 @@ bool higher_is_better(const std::string& metric, const std::string& unit) {
 
 int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
-  return std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; }) ? kCompareInconclusive
-                                                                                                  : 0;
+  return std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; })
+             ? kCompareInconclusive
+             : 0;
 }
 
-HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryCheckOptions& o, const std::string& store) {
+HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryCheckOptions& o,
+                           const std::string& store) {
   HistoryCheck h;
   h.options = o;
   h.store = store;
@@ -156,14 +152,14 @@ std::string history_check_text(const HistoryCheck& h) {
       const SeriesChange& x = c.changes[k];
       os << (k ? "; " : "") << "change at run " << x.first_run_id << " (commits " << short_commit(x.last_commit_before)
          << ".." << short_commit(x.first_commit_after) << "): " << h.options.metric << " " << num(x.before, 4) << " -> "
-         << num(x.after, 4) << " " << c.unit << " (" << pct(x.change) << ", p = " << num(x.p_value, 2) << ", "
+         << num(x.after, 4) << " " << c.unit << " (" << percent(x.change, true) << ", p = " << num(x.p_value, 2) << ", "
          << (x.slowdown ? "slower" : "faster") << ")";
     }
     if (c.regression) {
       ++regressions;
       const SeriesChange& x = c.changes.back();
-      os << "  REGRESSION: slower by " << pct(x.rate_drop).substr(1) << " since run " << x.first_run_id << " (commit "
-         << short_commit(x.first_commit_after) << "), beyond the threshold " << pct(h.options.threshold).substr(1);
+      os << "  REGRESSION: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id << " (commit "
+         << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
     }
     os << "\n";
   }
@@ -171,7 +167,7 @@ std::string history_check_text(const HistoryCheck& h) {
      << (regressions == 1 ? "" : "s") << ", " << short_series << " too short (metric " << h.options.metric
      << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
      << h.options.change.permutations << " permutations, min segment " << h.options.change.min_segment
-     << ", min effect " << pct(h.options.min_effect).substr(1) << ", threshold " << pct(h.options.threshold).substr(1)
+     << ", min effect " << percent(h.options.min_effect, false) << ", threshold " << percent(h.options.threshold, false)
      << ")\n";
   return os.str();
 }
@@ -182,20 +178,46 @@ nlohmann::json history_json(const HistoryCheck& h) {
   for (const auto& c : h.cases) {
     json points = json::array(), changes = json::array();
     for (const auto& p : c.points)
-      points.push_back({{"run_id", p.run_id}, {"commit", p.commit}, {"started_at", p.started_at}, {"label", p.label},
-                        {"value", p.value}, {"lo", p.lo}, {"hi", p.hi}, {"busy", p.busy}});
+      points.push_back({{"run_id", p.run_id},
+                        {"commit", p.commit},
+                        {"started_at", p.started_at},
+                        {"label", p.label},
+                        {"value", p.value},
+                        {"lo", p.lo},
+                        {"hi", p.hi},
+                        {"busy", p.busy}});
     for (const auto& x : c.changes)
-      changes.push_back({{"index", x.index}, {"first_run_id", x.first_run_id},
-                         {"last_commit_before", x.last_commit_before}, {"first_commit_after", x.first_commit_after},
-                         {"before", x.before}, {"after", x.after}, {"change", x.change}, {"rate_drop", x.rate_drop},
-                         {"p_value", x.p_value}, {"slowdown", x.slowdown}, {"regression", x.regression}});
-    cases.push_back({{"name", c.name}, {"metric", c.metric}, {"unit", c.unit}, {"higher_is_better", c.higher_is_better},
-                     {"too_short", c.too_short}, {"regression", c.regression}, {"points", points}, {"changes", changes}});
+      changes.push_back({{"index", x.index},
+                         {"first_run_id", x.first_run_id},
+                         {"last_commit_before", x.last_commit_before},
+                         {"first_commit_after", x.first_commit_after},
+                         {"before", x.before},
+                         {"after", x.after},
+                         {"change", x.change},
+                         {"rate_drop", x.rate_drop},
+                         {"p_value", x.p_value},
+                         {"slowdown", x.slowdown},
+                         {"regression", x.regression}});
+    cases.push_back({{"name", c.name},
+                     {"metric", c.metric},
+                     {"unit", c.unit},
+                     {"higher_is_better", c.higher_is_better},
+                     {"too_short", c.too_short},
+                     {"regression", c.regression},
+                     {"points", points},
+                     {"changes", changes}});
   }
-  return {{"schema", "cpbench-history-check"}, {"store", h.store}, {"runs", h.runs}, {"metric", h.options.metric},
-          {"threshold", h.options.threshold}, {"min_effect", h.options.min_effect},
-          {"alpha", h.options.change.alpha}, {"permutations", h.options.change.permutations},
-          {"min_segment", h.options.change.min_segment}, {"exit_status", h.exit_status()}, {"cases", cases}};
+  return {{"schema", "cpbench-history-check"},
+          {"store", h.store},
+          {"runs", h.runs},
+          {"metric", h.options.metric},
+          {"threshold", h.options.threshold},
+          {"min_effect", h.options.min_effect},
+          {"alpha", h.options.change.alpha},
+          {"permutations", h.options.change.permutations},
+          {"min_segment", h.options.change.min_segment},
+          {"exit_status", h.exit_status()},
+          {"cases", cases}};
 }
 
 }  // namespace cpbench

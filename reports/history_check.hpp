@@ -28,10 +28,10 @@ namespace cpbench {
 
 struct HistoryCheckOptions {
   std::string metric = "tokens_per_s";
-  std::string filter;          // ECMAScript regex searched in case names ("" = every case)
-  double threshold = 0.05;     // the drop in rate the newest change point must exceed to fail
-  double min_effect = 0.02;    // change points smaller than this are not reported
-  ChangePointOptions change;   // min_segment, alpha, permutations, seed
+  std::string filter;         // ECMAScript regex searched in case names ("" = every case)
+  double threshold = 0.05;    // the drop in rate the newest change point must exceed to fail
+  double min_effect = 0.05;   // change points smaller than this are not reported
+  ChangePointOptions change;  // min_segment, alpha, permutations, seed
 };
 
 struct SeriesPoint {
@@ -42,8 +42,8 @@ struct SeriesPoint {
 };
 
 struct SeriesChange {
-  int64_t index = 0;             // the first point after the change
-  int64_t first_run_id = 0;      // its run
+  int64_t index = 0;         // the first point after the change
+  int64_t first_run_id = 0;  // its run
   std::string last_commit_before, first_commit_after;
   double before = 0, after = 0;  // segment medians
   double change = 0;             // after / before - 1

@@ -9,13 +9,7 @@
 namespace cpbench {
 namespace {
 
-std::string pct(double fraction) {
-  std::ostringstream os;
-  os << std::showpos << std::fixed << std::setprecision(1) << fraction * 100 << "%";
-  return os.str();
-}
-
-std::string short_commit(const std::string& c) { return c.size() > 8 ? c.substr(0, 8) : c; }
+std::string page_commit(const std::string& c) { return c.size() > 8 ? c.substr(0, 8) : c; }
 
 // One case's chart: the metric per run in order (a line with a dot per run, hollow when the run was
 // measured on a busy machine), the runs' noise as a band, change points as dashed lines with commits.
@@ -37,7 +31,9 @@ std::string chart(const CaseHistory& c) {
   lo = std::max(0.0, lo - pad);
   hi += pad;
   const size_t n = c.points.size();
-  const auto px = [&](size_t i) { return L + (n == 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1)) * (W - L - R); };
+  const auto px = [&](size_t i) {
+    return L + (n == 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1)) * (W - L - R);
+  };
   const auto py = [&](double v) { return T + (1 - (v - lo) / (hi - lo)) * (H - T - B); };
   // Axes and five value ticks.
   s << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='#888'/>"
@@ -62,8 +58,8 @@ std::string chart(const CaseHistory& c) {
     s << "<line class='change' data-run='" << x.first_run_id << "' x1='" << num(xm, 6) << "' x2='" << num(xm, 6)
       << "' y1='" << T << "' y2='" << H - B << "' stroke='" << col << "' stroke-width='2' stroke-dasharray='5,3'/>"
       << "<text x='" << num(xm + 4, 6) << "' y='" << T + 10 << "' fill='" << col << "'>"
-      << html_escape(short_commit(x.last_commit_before) + ".." + short_commit(x.first_commit_after)) << " "
-      << pct(x.change) << (x.regression ? " REGRESSION" : "") << "</text>";
+      << html_escape(page_commit(x.last_commit_before) + ".." + page_commit(x.first_commit_after)) << " "
+      << percent(x.change, true) << (x.regression ? " REGRESSION" : "") << "</text>";
   }
   // The series.
   s << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
@@ -73,7 +69,7 @@ std::string chart(const CaseHistory& c) {
     const SeriesPoint& p = c.points[i];
     s << "<circle class='run' data-run='" << p.run_id << "' data-value='" << num(p.value, 9) << "' cx='"
       << num(px(i), 6) << "' cy='" << num(py(p.value), 6) << "' r='3' fill='" << (p.busy ? "white" : "#1f77b4")
-      << "' stroke='#1f77b4'><title>run " << p.run_id << " " << html_escape(short_commit(p.commit)) << " "
+      << "' stroke='#1f77b4'><title>run " << p.run_id << " " << html_escape(page_commit(p.commit)) << " "
       << html_escape(p.started_at) << (p.label.empty() ? "" : " [" + html_escape(p.label) + "]") << ": "
       << num(p.value, 4) << " " << html_escape(c.unit) << " (band " << num(p.lo, 4) << ".." << num(p.hi, 4) << ")"
       << (p.busy ? ", busy machine" : "") << "</title></circle>";
@@ -93,23 +89,33 @@ std::string chart(const CaseHistory& c) {
 std::string history_html(const HistoryCheck& h) {
   std::ostringstream os;
   os << "<!doctype html><html><head><meta charset='utf-8'><title>cpbench history: " << html_escape(h.options.metric)
-     << "</title><style>body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-size:12px}"
+     << "</"
+        "title><style>body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-"
+        "size:12px}"
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
         ".ok{color:#2ca02c}.failed{color:#d62728;font-weight:bold}.skipped{color:#888}"
         "h2{font-size:15px;margin:22px 0 4px}</style></head><body>";
   os << "<h1>cpbench history: " << html_escape(h.options.metric) << "</h1>";
-  os << "<p>" << h.runs << " runs from " << html_escape(h.store) << ". Change points: E-Divisive means, permutation alpha "
-     << num(h.options.change.alpha, 3) << " (" << h.options.change.permutations << " permutations), min segment "
-     << h.options.change.min_segment << " runs, min effect " << pct(h.options.min_effect).substr(1)
-     << "; the newest change point fails the check when it is a slowdown beyond " << pct(h.options.threshold).substr(1)
+  os << "<p>" << h.runs << " runs from " << html_escape(h.store)
+     << ". Change points: E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " ("
+     << h.options.change.permutations << " permutations), min segment " << h.options.change.min_segment
+     << " runs, min effect " << percent(h.options.min_effect, false)
+     << "; the newest change point fails the check when it is a slowdown beyond " << percent(h.options.threshold, false)
      << ". Band: each run's median noise; a hollow dot: measured on a busy machine.</p>";
   os << "<table><tr><th>case</th><th>runs</th><th>newest " << html_escape(h.options.metric)
      << "</th><th>change points</th><th>verdict</th></tr>";
   for (const auto& c : h.cases) {
     os << "<tr><td>" << html_escape(c.name) << "</td><td>" << c.points.size() << "</td><td>"
        << (c.points.empty() ? "" : num(c.points.back().value, 4) + " " + html_escape(c.unit)) << "</td><td>"
-       << c.changes.size() << "</td><td class='" << (c.regression ? "failed" : c.too_short ? "skipped" : "ok") << "'>"
-       << (c.regression ? "REGRESSION" : c.too_short ? "too short" : "ok") << "</td></tr>";
+       << c.changes.size() << "</td><td class='"
+       << (c.regression  ? "failed"
+           : c.too_short ? "skipped"
+                         : "ok")
+       << "'>"
+       << (c.regression  ? "REGRESSION"
+           : c.too_short ? "too short"
+                         : "ok")
+       << "</td></tr>";
   }
   os << "</table>";
   for (const auto& c : h.cases) os << "<h2>" << html_escape(c.name) << "</h2>" << chart(c);

@@ -51,7 +51,8 @@ std::unique_ptr<HistoryStore> open_history_store(const std::string& where, bool 
 
 HistoryRun history_run_from_report(const Report& report, const std::string& label) {
   if (report.partial)
-    throw std::invalid_argument("a partial report (" + (report.partial_reason.empty() ? "interrupted" : report.partial_reason) +
+    throw std::invalid_argument("a partial report (" +
+                                (report.partial_reason.empty() ? "interrupted" : report.partial_reason) +
                                 "): only finished runs go into the history");
   if (report.results.empty()) throw std::invalid_argument("the report has no results");
   HistoryRun run;

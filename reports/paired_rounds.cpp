@@ -12,12 +12,6 @@
 namespace cpbench {
 namespace {
 
-std::string pct(double fraction) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << fraction * 100 << "%";
-  return os.str();
-}
-
 bool usable(double s) { return s > 0 && std::isfinite(s); }
 
 }  // namespace
@@ -29,8 +23,8 @@ PairedVerdict judge_paired(const PairedCase& c, const PairedOptions& o) {
   for (const auto& r : c.pairs)
     if (r.base_status == "ok" && r.new_status != "ok") {
       v.regression = true;
-      v.why = (r.new_status == "failed" ? "passed in the base round, fails in the new: " : "ran in the base round, " +
-                                                                                             r.new_status + " in the new: ") +
+      v.why = (r.new_status == "failed" ? "passed in the base round, fails in the new: "
+                                        : "ran in the base round, " + r.new_status + " in the new: ") +
               r.new_reason.substr(0, 200);
       return v;
     }
@@ -61,7 +55,8 @@ PairedVerdict judge_paired(const PairedCase& c, const PairedOptions& o) {
     const PairedRound& q = c.pairs[k + 1];
     const bool middle_new = p.base_first;  // ABBA: the Bs are in the middle
     const double x = middle_new ? p.new_s : p.base_s, y = middle_new ? q.new_s : q.base_s;
-    const bool ok = middle_new ? p.new_status == "ok" && q.new_status == "ok" : p.base_status == "ok" && q.base_status == "ok";
+    const bool ok =
+        middle_new ? p.new_status == "ok" && q.new_status == "ok" : p.base_status == "ok" && q.base_status == "ok";
     if (ok && usable(x) && usable(y)) {
       aa.push_back(std::log(y / x));
       aa.push_back(-std::log(y / x));
@@ -73,8 +68,9 @@ PairedVerdict judge_paired(const PairedCase& c, const PairedOptions& o) {
   const stats::SignedRank w = stats::wilcoxon_signed_rank(d);
   v.p_value = w.p_greater;
   if (v.delta >= -o.threshold) return v;
-  const std::string drop = "rate fell " + pct(-v.delta) + " [" + pct(-v.delta_hi) + ", " + pct(-v.delta_lo) +
-                           "] over " + std::to_string(v.pairs) + " pairs (threshold " + pct(o.threshold) + ")";
+  const std::string drop = "rate fell " + percent(-v.delta) + " [" + percent(-v.delta_hi) + ", " +
+                           percent(-v.delta_lo) + "] over " + std::to_string(v.pairs) + " pairs (threshold " +
+                           percent(o.threshold) + ")";
   const std::string p_text = std::string("Wilcoxon ") + (w.exact ? "exact " : "") + "p = " + num(w.p_greater);
   if (w.p_greater >= o.alpha) {
     v.inconclusive = true;
@@ -83,12 +79,12 @@ PairedVerdict judge_paired(const PairedCase& c, const PairedOptions& o) {
   }
   if (effect <= floor_log) {
     v.inconclusive = true;
-    v.why = drop + ", " + p_text + ", but within this session's A/A floor " + pct(v.floor) + " (A/A spread " +
-            pct(v.aa_spread) + ")";
+    v.why = drop + ", " + p_text + ", but within this session's A/A floor " + percent(v.floor) + " (A/A spread " +
+            percent(v.aa_spread) + ")";
     return v;
   }
   v.regression = true;
-  v.why = drop + ", " + p_text + " < alpha " + num(o.alpha) + ", beyond the A/A floor " + pct(v.floor);
+  v.why = drop + ", " + p_text + " < alpha " + num(o.alpha) + ", beyond the A/A floor " + percent(v.floor);
   return v;
 }
 
@@ -97,21 +93,25 @@ std::string paired_table(const std::vector<PairedVerdict>& v, const PairedOption
   const std::string unit = metric == "cpu_s" ? " cpu ms" : " ms";
   os << std::left << std::setw(44) << "case" << std::right << std::setw(12) << ("base" + unit) << std::setw(12)
      << ("new" + unit) << std::setw(9) << "delta" << std::setw(7) << "pairs" << std::setw(9) << "p" << std::setw(8)
-     << "floor" << "  verdict\n";
+     << "floor"
+     << "  verdict\n";
   int regressions = 0, inconclusive = 0;
   for (const auto& d : v) {
     os << std::left << std::setw(43) << d.name << " " << std::right << std::fixed << std::setprecision(2)
        << std::setw(12) << d.base_s * 1e3 << std::setw(12) << d.new_s * 1e3 << std::setprecision(1) << std::setw(8)
        << d.delta * 100 << "%" << std::setw(7) << d.pairs << std::setw(9) << std::setprecision(4) << d.p_value
        << std::setprecision(1) << std::setw(7) << d.floor * 100 << "%  "
-       << (d.regression ? "REGRESSION: " + d.why : d.inconclusive ? "INCONCLUSIVE: " + d.why : "ok") << "\n";
+       << (d.regression     ? "REGRESSION: " + d.why
+           : d.inconclusive ? "INCONCLUSIVE: " + d.why
+                            : "ok")
+       << "\n";
     regressions += d.regression;
     inconclusive += d.inconclusive;
   }
-  os << v.size() << " cases compared in paired rounds, " << regressions << " regression" << (regressions == 1 ? "" : "s")
-     << ", " << inconclusive << " inconclusive (metric " << metric << ", threshold " << std::setprecision(1)
-     << o.threshold * 100 << "%, one-sided Wilcoxon signed-rank alpha " << std::setprecision(3) << o.alpha
-     << ", floor " << kFloorK << " x the A/A spread's standard error)\n";
+  os << v.size() << " cases compared in paired rounds, " << regressions << " regression"
+     << (regressions == 1 ? "" : "s") << ", " << inconclusive << " inconclusive (metric " << metric << ", threshold "
+     << std::setprecision(1) << o.threshold * 100 << "%, one-sided Wilcoxon signed-rank alpha " << std::setprecision(3)
+     << o.alpha << ", floor " << kFloorK << " x the A/A spread's standard error)\n";
   return os.str();
 }
 

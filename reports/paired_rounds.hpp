@@ -36,8 +36,8 @@ namespace cpbench {
 inline constexpr double kFloorK = 2.0;
 
 struct PairedRound {
-  double base_s = 0, new_s = 0;                 // the rounds' medians of the judged samples
-  bool base_first = true;                       // the base round ran first (ABBA's first pair, BAAB's second)
+  double base_s = 0, new_s = 0;  // the rounds' medians of the judged samples
+  bool base_first = true;        // the base round ran first (ABBA's first pair, BAAB's second)
   std::string base_status = "ok", new_status = "ok";
   std::string base_reason, new_reason;
 };
@@ -56,13 +56,13 @@ struct PairedOptions {
 
 struct PairedVerdict {
   std::string name;
-  int64_t pairs = 0;            // pairs with both rounds ok
-  double base_s = 0, new_s = 0;  // median over the pairs of each side's round medians
-  double delta = 0;             // rate change, exp(-median d) - 1
+  int64_t pairs = 0;                  // pairs with both rounds ok
+  double base_s = 0, new_s = 0;       // median over the pairs of each side's round medians
+  double delta = 0;                   // rate change, exp(-median d) - 1
   double delta_lo = 0, delta_hi = 0;  // its bootstrap 95% interval
-  double p_value = 1;           // one-sided Wilcoxon signed-rank (new slower)
-  double aa_spread = 0;         // s_AA (log units, ~ a fraction)
-  double floor = 0;             // the floor as a rate drop (fraction)
+  double p_value = 1;                 // one-sided Wilcoxon signed-rank (new slower)
+  double aa_spread = 0;               // s_AA (log units, ~ a fraction)
+  double floor = 0;                   // the floor as a rate drop (fraction)
   bool regression = false, inconclusive = false;
   std::string why;
 };

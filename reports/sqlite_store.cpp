@@ -1,8 +1,8 @@
 #include "reports/sqlite_store.hpp"
 
 #include <SQLiteCpp/SQLiteCpp.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <ctime>
@@ -48,8 +48,10 @@ class SqliteStore final : public HistoryStore {
       r.bind(9, run.environment_json);
       r.exec();
       const int64_t id = db_.getLastInsertRowid();
-      SQLite::Statement c(db_, "INSERT INTO cases(run_id, name, status, busy, step_s, cpu_s) VALUES (?, ?, ?, ?, ?, ?)");
-      SQLite::Statement m(db_, "INSERT INTO metrics(run_id, case_name, name, value, unit, spread) VALUES (?, ?, ?, ?, ?, ?)");
+      SQLite::Statement c(db_,
+                          "INSERT INTO cases(run_id, name, status, busy, step_s, cpu_s) VALUES (?, ?, ?, ?, ?, ?)");
+      SQLite::Statement m(
+          db_, "INSERT INTO metrics(run_id, case_name, name, value, unit, spread) VALUES (?, ?, ?, ?, ?, ?)");
       for (const auto& hc : run.cases) {
         c.bind(1, id);
         c.bind(2, hc.name);
@@ -80,8 +82,9 @@ class SqliteStore final : public HistoryStore {
   std::vector<HistoryRun> runs() const override {
     std::vector<HistoryRun> out;
     std::map<int64_t, size_t> where;
-    SQLite::Statement r(db_, "SELECT id, added_at, started_at, commit_id, version, host, device, label, scenario, "
-                             "environment FROM runs ORDER BY id");
+    SQLite::Statement r(db_,
+                        "SELECT id, added_at, started_at, commit_id, version, host, device, label, scenario, "
+                        "environment FROM runs ORDER BY id");
     while (r.executeStep()) {
       HistoryRun run;
       run.id = r.getColumn(0).getInt64();
@@ -181,14 +184,17 @@ class SqliteStore final : public HistoryStore {
     db_.exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)");
     db_.exec("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', 'cpbench-history'), ('version', '" +
              std::to_string(kHistorySchemaVersion) + "')");
-    db_.exec("CREATE TABLE IF NOT EXISTS runs(id INTEGER PRIMARY KEY AUTOINCREMENT, added_at TEXT NOT NULL, "
-             "started_at TEXT, commit_id TEXT, version TEXT, host TEXT, device TEXT, label TEXT, scenario TEXT, "
-             "environment TEXT)");
-    db_.exec("CREATE TABLE IF NOT EXISTS cases(run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL, "
-             "status TEXT NOT NULL, busy INTEGER NOT NULL, step_s TEXT NOT NULL, cpu_s TEXT NOT NULL, "
-             "PRIMARY KEY(run_id, name))");
-    db_.exec("CREATE TABLE IF NOT EXISTS metrics(run_id INTEGER NOT NULL, case_name TEXT NOT NULL, name TEXT NOT NULL, "
-             "value REAL NOT NULL, unit TEXT, spread REAL, PRIMARY KEY(run_id, case_name, name))");
+    db_.exec(
+        "CREATE TABLE IF NOT EXISTS runs(id INTEGER PRIMARY KEY AUTOINCREMENT, added_at TEXT NOT NULL, "
+        "started_at TEXT, commit_id TEXT, version TEXT, host TEXT, device TEXT, label TEXT, scenario TEXT, "
+        "environment TEXT)");
+    db_.exec(
+        "CREATE TABLE IF NOT EXISTS cases(run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL, "
+        "status TEXT NOT NULL, busy INTEGER NOT NULL, step_s TEXT NOT NULL, cpu_s TEXT NOT NULL, "
+        "PRIMARY KEY(run_id, name))");
+    db_.exec(
+        "CREATE TABLE IF NOT EXISTS metrics(run_id INTEGER NOT NULL, case_name TEXT NOT NULL, name TEXT NOT NULL, "
+        "value REAL NOT NULL, unit TEXT, spread REAL, PRIMARY KEY(run_id, case_name, name))");
     tx.commit();
   }
 

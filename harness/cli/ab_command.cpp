@@ -10,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <random>
 
 #include "harness/fs_util.hpp"
@@ -73,8 +72,8 @@ void run_side(const std::string& exe, const AbOptions& o, const std::string& cas
 
 namespace {
 
-// One round's result: its status and the median of its judged samples.
-PairedRound round_result(const Report& rep, const std::string& metric, bool base_side, PairedRound& into) {
+// One round's result into its side of a pair: its status and the median of its judged samples.
+void record_round(const Report& rep, const std::string& metric, bool base_side, PairedRound& into) {
   std::string status = "failed", reason = "no result in the report";
   double median = 0;
   if (!rep.results.empty()) {
@@ -86,7 +85,6 @@ PairedRound round_result(const Report& rep, const std::string& metric, bool base
   (base_side ? into.base_status : into.new_status) = status;
   (base_side ? into.base_reason : into.new_reason) = reason;
   (base_side ? into.base_s : into.new_s) = median;
-  return into;
 }
 
 }  // namespace
@@ -122,8 +120,8 @@ int run_ab_command(const AbOptions& o) {
         std::cerr << "[ab] " << c.name() << " block " << b + 1 << "/" << blocks << ": " << (base_side ? "base" : "new")
                   << std::endl;
         run_side(base_side ? o.base_exe : new_exe, o, c.name(), dir, dir + ".log");
-        (void)round_result(report_from_json(read_json_file(dir + "/report.json")), o.compare.metric, base_side,
-                           nth == 0 ? first : second);
+        record_round(report_from_json(read_json_file(dir + "/report.json")), o.compare.metric, base_side,
+                     nth == 0 ? first : second);
       }
       first.base_first = base_first;
       second.base_first = !base_first;

@@ -23,7 +23,8 @@ void add_check_options(CLI::App& cmd, HistoryCommandOptions& o) {
   cmd.add_option("--threshold", o.threshold_pct,
                  "the newest change point fails when it slows the case by more than this, in percent (default 5)")
       ->check(CLI::Range(0.0, 100.0));
-  cmd.add_option("--min-effect", o.min_effect_pct, "change points smaller than this, in percent, are dropped (default 2)")
+  cmd.add_option("--min-effect", o.min_effect_pct,
+                 "change points smaller than this, in percent, are dropped (default 5)")
       ->check(CLI::Range(0.0, 100.0));
   cmd.add_option("--min-segment", o.check.change.min_segment, "runs on each side of a change point (default 3)")
       ->check(CLI::Range(int64_t{2}, int64_t{1000}));
@@ -68,7 +69,8 @@ CLI::App* add_history_options(CLI::App& app, HistoryCommandOptions& o) {
   add_db(*check, o);
   add_check_options(*check, o);
   check->callback([&o] { o.action = "check"; });
-  auto* show = history->add_subcommand("show", "the series and change points: --html OUT (a trend page) or --format json");
+  auto* show =
+      history->add_subcommand("show", "the series and change points: --html OUT (a trend page) or --format json");
   add_db(*show, o);
   add_check_options(*show, o);
   show->add_option("--html", o.html, "write the trend page here");
@@ -110,8 +112,10 @@ int run_history_command(HistoryCommandOptions o) {
     CP_CHECK_USAGE(static_cast<bool>(out), "history show --html ", o.html, ": write failed");
     std::cerr << "wrote " << o.html << "\n";
   }
-  if (o.format == "json") std::cout << history_json(h).dump(2) << "\n";
-  else if (o.html.empty()) std::cout << history_check_text(h);
+  if (o.format == "json")
+    std::cout << history_json(h).dump(2) << "\n";
+  else if (o.html.empty())
+    std::cout << history_check_text(h);
   return 0;
 }
 

@@ -14,12 +14,12 @@ class App;
 namespace cpbench {
 
 struct HistoryCommandOptions {
-  std::string action;           // add | check | show (the sub-subcommand that ran)
+  std::string action;  // add | check | show (the sub-subcommand that ran)
   std::string db = kDefaultHistoryDb;
-  std::string report;           // add: the report.json
-  std::string label;            // add: a free-form tag stored with the run
-  HistoryCheckOptions check;    // check, show
-  double threshold_pct = 5, min_effect_pct = 2;
+  std::string report;         // add: the report.json
+  std::string label;          // add: a free-form tag stored with the run
+  HistoryCheckOptions check;  // check, show
+  double threshold_pct = 5, min_effect_pct = 5;
   std::string html;             // show: write the trend page here
   std::string format = "text";  // show: text | json (on stdout)
 };

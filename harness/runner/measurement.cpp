@@ -55,7 +55,7 @@ MeasurementRecord measure_steps(const MeasureSpec& spec, const TimedStep& step, 
       m.stopped_by = "noise";
       break;
     }
-    if (elapsed >= spec.max_time_s) {
+    if (elapsed >= spec.max_time_s && (spec.max_time_s == 0 || n >= kMinSamplesForGate)) {
       m.stopped_by = "max_time";
       break;
     }
