@@ -30,6 +30,7 @@ struct RankRuntime {
   int64_t slow_case = -1;
   int slow_rank = -1;
   double slow_fraction = 0;
+  bool slow_spins = false;  // CPBENCH_FAULT=work: the lengthening is CPU work, not a sleep
 };
 
 struct CaseContext {

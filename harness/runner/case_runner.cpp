@@ -125,12 +125,23 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   const std::vector<TensorError> first = check_outputs(x, got, ref, "first");
 
   RankSamples samples;
+  // CPBENCH_FAULT=work on this case and rank: each timed step spins until this process's CPU clock
+  // advanced by that fraction of the step's own CPU seconds (inside the step, as the slow hook sleeps).
+  const double spin = rt.slow_spins && c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
   const TimedStep step = [&](int64_t i) {
     if (i < 0) return run_step(x, stats).total;
     RankTimeline& trace = samples.timelines.emplace_back();
     trace.rank = x.cp_rank;
     const double cpu0 = process_cpu_seconds();
-    const StepTimes t = run_step(x, stats, &trace);
+    StepTimes t = run_step(x, stats, &trace);
+    if (spin > 0) {
+      const auto w0 = std::chrono::steady_clock::now();
+      const double until = process_cpu_seconds() + spin * (process_cpu_seconds() - cpu0);
+      volatile double sink = 0;
+      while (process_cpu_seconds() < until)
+        for (int k = 0; k < 4096; ++k) sink = sink + k * 0.5;
+      t.total += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    }
     if (!x.cuda) samples.cpu.push_back(process_cpu_seconds() - cpu0);
     samples.step.push_back(t.total);
     samples.shard.push_back(t.shard);
@@ -151,7 +162,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     return t.to(at::kCPU).item<double>();
   };
   MeasureHooks hooks;
-  hooks.slowdown = c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
+  hooks.slowdown = !rt.slow_spins && c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
   hooks.monitor = rt.rank == 0;
   MeasurementRecord m = measure_steps(s.measure, step, group_max, hooks);
   if (!x.cuda) {
