@@ -23,7 +23,7 @@ struct Ran {
   int status = -1;
   std::string out;
 };
-Ran cpbench(const std::string& args) {
+Ran run_cli(const std::string& args) {
   const std::string log = "/tmp/cpbench-history-cli-" + std::to_string(::getpid()) + ".out";
   const int st = std::system((std::string(CPBENCH_EXE) + " " + args + " > " + log + " 2>&1").c_str());
   std::ifstream in(log);
@@ -64,32 +64,32 @@ TEST(HistoryCli, NightlyWorkflowAddCheckShow) {
   std::mt19937 g(11);
   std::vector<std::string> reports;
   for (int i = 0; i < 18; ++i) reports.push_back(write_report(dir, i, i < 12 ? 1.0 : 0.85, g));
-  for (int i = 0; i < 5; ++i) ASSERT_EQ(cpbench("history add " + reports[i] + db).status, 0);
-  const Ran short_check = cpbench("history check" + db);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(run_cli("history add " + reports[i] + db).status, 0);
+  const Ran short_check = run_cli("history check" + db);
   EXPECT_EQ(short_check.status, 4) << short_check.out;
   EXPECT_NE(short_check.out.find("too short to judge"), std::string::npos) << short_check.out;
   for (int i = 5; i < 18; ++i) {
-    const Ran add = cpbench("history add " + reports[i] + db + " --label nightly");
+    const Ran add = run_cli("history add " + reports[i] + db + " --label nightly");
     ASSERT_EQ(add.status, 0) << add.out;
     EXPECT_NE(add.out.find("run " + std::to_string(i + 1) + " (2 cases, commit commit" + std::to_string(i) + ")"),
               std::string::npos)
         << add.out;
   }
-  const Ran check = cpbench("history check" + db);
+  const Ran check = run_cli("history check" + db);
   EXPECT_EQ(check.status, 1) << check.out;
   EXPECT_NE(check.out.find("a (18 runs): no change point"), std::string::npos) << check.out;
   EXPECT_NE(check.out.find("b (18 runs): change at run 13 (commits commit11..commit12)"), std::string::npos)
       << check.out;
   EXPECT_NE(check.out.find("REGRESSION: slower by"), std::string::npos) << check.out;
-  EXPECT_EQ(cpbench("history check" + db + " --filter '^a$'").status, 0);
-  EXPECT_EQ(cpbench("history check" + db + " --threshold 30").status, 0) << "a 15% drop under a 30% threshold";
-  const Ran html = cpbench("history show" + db + " --html " + dir + "/trend.html");
+  EXPECT_EQ(run_cli("history check" + db + " --filter '^a$'").status, 0);
+  EXPECT_EQ(run_cli("history check" + db + " --threshold 30").status, 0) << "a 15% drop under a 30% threshold";
+  const Ran html = run_cli("history show" + db + " --html " + dir + "/trend.html");
   EXPECT_EQ(html.status, 0) << html.out;
   std::ifstream page(dir + "/trend.html");
   std::stringstream ps;
   ps << page.rdbuf();
   EXPECT_NE(ps.str().find("class='change' data-run='13'"), std::string::npos);
-  const Ran json = cpbench("history show" + db + " --format json --metric step_s");
+  const Ran json = run_cli("history show" + db + " --format json --metric step_s");
   ASSERT_EQ(json.status, 0) << json.out;
   const nlohmann::json j = nlohmann::json::parse(json.out);
   EXPECT_EQ(j["metric"], "step_s");
@@ -104,25 +104,18 @@ TEST(HistoryCli, TwoAddsAtOnceAndBadInputGetsOneLineAndExit2) {
   const std::string r1 = write_report(dir, 1, 1.0, g), r2 = write_report(dir, 2, 1.0, g);
   const std::string db = dir + "/h.db";
   // Two processes, each adding ten runs, at once.
-  const std::string loop = [&](const std::string& r) {
-    return "(for i in 1 2 3 4 5 6 7 8 9 10; do " + std::string(CPBENCH_EXE) + " history add " + r + " --db " + db +
-           " > /dev/null || exit 1; done)";
-  }("");
-  const std::string both = "bash -c '" + [&] {
-    std::string s;
-    for (const auto& r : {r1, r2})
-      s += "(for i in 1 2 3 4 5 6 7 8 9 10; do " + std::string(CPBENCH_EXE) + " history add " + r + " --db " + db +
-           " > /dev/null || exit 1; done) & ";
-    return s;
-  }() + "wait %1 && wait %2'";
-  (void)loop;
+  std::string both = "bash -c '";
+  for (const auto& r : {r1, r2})
+    both += "(for i in 1 2 3 4 5 6 7 8 9 10; do " + std::string(CPBENCH_EXE) + " history add " + r + " --db " + db +
+            " > /dev/null || exit 1; done) & ";
+  both += "wait %1 && wait %2'";
   ASSERT_EQ(std::system(both.c_str()), 0);
-  const Ran all = cpbench("history show --db " + db + " --format json");
+  const Ran all = run_cli("history show --db " + db + " --format json");
   ASSERT_EQ(all.status, 0) << all.out;
   EXPECT_EQ(nlohmann::json::parse(all.out)["runs"], 20);
   // Bad input: one line on stderr, exit 2, naming the culprit.
   const auto bad = [&](const std::string& args, const std::string& says) {
-    const Ran r = cpbench(args);
+    const Ran r = run_cli(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
