@@ -5,11 +5,17 @@
 #include <iomanip>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "reports/statistics.hpp"
 #include "reports/text_format.hpp"
 
 namespace cpbench {
+
+const std::vector<std::string>& compare_metrics() {
+  static const std::vector<std::string> known = {"tokens_per_s", "cpu_s"};
+  return known;
+}
 
 bool Comparison::regressed() const {
   return std::any_of(cases.begin(), cases.end(), [](const CaseDelta& d) { return d.regression; });
@@ -25,55 +31,70 @@ int Comparison::exit_status() const {
 }
 
 namespace {
-std::string pct(double fraction) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << fraction * 100 << "%";
-  return os.str();
-}
-
-// tokens/s of a result from its samples: the metric scales with 1 / step time, so the ratio of the
-// medians of the step times is the ratio of the throughputs.
-double tokens_per_s(const RunResult& r) {
+// The metric's value for the table: tokens/s, or the median CPU seconds per step.
+double display_value(const RunResult& r, const std::string& metric) {
+  if (metric == "cpu_s") return stats::median(r.measurement.cpu_s);
   const Metric* m = r.metric("tokens_per_s");
   return m ? m->value : 0.0;
 }
 
+// The samples judged: per step, seconds (wall time of the group's step, or its CPU seconds). The rate
+// scales with 1 / these, so the ratio of their medians is the ratio of the rates.
+const std::vector<double>& judged_samples(const RunResult& r, const std::string& metric) {
+  return metric == "cpu_s" ? r.measurement.cpu_s : r.measurement.step_s;
+}
+
 // Judges two ok results from their samples (opts.threshold etc.); sets the delta's verdict fields.
 void judge_samples(const RunResult& b, const RunResult& n, const CompareOptions& opts, CaseDelta& d) {
-  const auto& bs = b.measurement.step_s;
-  const auto& ns = n.measurement.step_s;
+  const auto& bs = judged_samples(b, opts.metric);
+  const auto& ns = judged_samples(n, opts.metric);
   d.base_n = static_cast<int64_t>(bs.size());
   d.new_n = static_cast<int64_t>(ns.size());
-  d.base_tps = tokens_per_s(b);
-  d.new_tps = tokens_per_s(n);
+  d.base_tps = display_value(b, opts.metric);
+  d.new_tps = display_value(n, opts.metric);
   const double bm = stats::median(bs), nm = stats::median(ns);
-  if (bm > 0 && nm > 0) d.delta = bm / nm - 1.0;  // tokens/s ratio - 1
-  else if (d.base_tps > 0) d.delta = (d.new_tps - d.base_tps) / d.base_tps;
+  if (bm > 0 && nm > 0) d.delta = bm / nm - 1.0;  // rate ratio - 1
+  else if (opts.metric == "tokens_per_s" && d.base_tps > 0) d.delta = (d.new_tps - d.base_tps) / d.base_tps;
   d.noise = std::max(stats::median_noise(bs), stats::median_noise(ns));
   if (d.delta >= -opts.threshold) return;  // not slower by what matters: ok whatever the evidence
-  const std::string drop = "throughput fell " + pct(-d.delta) + " (threshold " + pct(opts.threshold) + ")";
+  const std::string what = opts.metric == "cpu_s" ? "CPU work rate" : "throughput";
+  const std::string drop = what + " fell " + percent(-d.delta) + " (threshold " + percent(opts.threshold) + ")";
   const auto inconclusive = [&](const std::string& why) {
     d.inconclusive = true;
     d.why = drop + ", but " + why;
   };
-  if (d.base_n < opts.min_samples || d.new_n < opts.min_samples)
+  if (d.base_n == 0 || d.new_n == 0)
+    return inconclusive(opts.metric == "cpu_s" ? "no cpu_s samples on a side (CUDA cases and reports before them carry none)"
+                                               : "no samples on a side (a report older than schema 4)");
+  const double min_p = stats::mann_whitney_min_p(static_cast<size_t>(d.base_n), static_cast<size_t>(d.new_n));
+  if (d.base_n < opts.min_samples || d.new_n < opts.min_samples || min_p >= opts.alpha)
     return inconclusive("too few samples (" + std::to_string(d.base_n) + " and " + std::to_string(d.new_n) +
-                        ", need " + std::to_string(opts.min_samples) + " each)");
-  // A busy machine makes a run's samples unrepresentative however tight they are. A run that was only
-  // noisier than its scenario's own stopping target (measure.max_noise) is judged by --max-noise below:
-  // the gate's tolerance, not the run's, decides.
-  if (!opts.ignore_noisy_verdict) {
-    if (b.measurement.machine.busy()) return inconclusive("the base run was noisy: " + b.measurement.verdict_reason);
-    if (n.measurement.machine.busy()) return inconclusive("the new run was noisy: " + n.measurement.verdict_reason);
-  }
-  if (d.noise > opts.max_noise)
-    return inconclusive("the median noise " + pct(d.noise) + " exceeds --max-noise " + pct(opts.max_noise));
+                        ": the smallest p they can give is " + num(min_p) + ", alpha " + num(opts.alpha) + ")");
+  // Evidence widens the floor the drop must clear; it vetoes nothing (docs/measurement.md).
+  const double drop_frac = -d.delta;
+  std::string floor_why;
+  const auto widen = [&](double f, const std::string& why) {
+    if (f > d.floor) {
+      d.floor = f;
+      floor_why = why;
+    }
+  };
+  if (b.measurement.machine.busy() || n.measurement.machine.busy())
+    widen(opts.busy_floor, std::string(b.measurement.machine.busy() ? "the base" : "the new") +
+                               " run was measured on a busy machine, whose runs land up to " + percent(opts.busy_floor) +
+                               " apart (--busy-floor)");
+  const double nb = stats::median_noise(bs), nn = stats::median_noise(ns);
+  if (std::max(nb, nn) > opts.max_noise)
+    widen(nb + nn, "the medians' noise (" + percent(nb) + " + " + percent(nn) + ") is above --max-noise " + percent(opts.max_noise));
   const stats::MannWhitney u = stats::mann_whitney(bs, ns);
   d.p_value = u.p_two_sided;
+  const std::string p_text = std::string("Mann-Whitney ") + (u.exact ? "exact " : "") + "p = " + num(u.p_two_sided);
   if (u.p_two_sided >= opts.alpha)
-    return inconclusive("not significant (Mann-Whitney p = " + num(u.p_two_sided) + " >= alpha " + num(opts.alpha) + ")");
+    return inconclusive("not significant (" + p_text + " >= alpha " + num(opts.alpha) + ")");
+  if (drop_frac <= d.floor) return inconclusive("within the floor " + percent(d.floor) + ": " + floor_why);
   d.regression = true;
-  d.why = drop + ", Mann-Whitney p = " + num(u.p_two_sided) + " < alpha " + num(opts.alpha);
+  d.why = drop + ", " + p_text + " < alpha " + num(opts.alpha);
+  if (d.floor > 0) d.why += ", beyond the floor " + percent(d.floor);
 }
 // The pair's run-to-run noise from every judged case's log-ratio of the medians (kMinCasesForSpread or
 // more): a regression within between_run_k x their robust spread becomes inconclusive.
@@ -94,7 +115,7 @@ void apply_between_run_floor(Comparison& c) {
     if (-std::log1p(d.delta) > floor_log) continue;
     d.regression = false;
     d.inconclusive = true;
-    d.why += ", but within this pair's run-to-run noise: a drop up to " + pct(floor) + " (" +
+    d.why += ", but within this pair's run-to-run noise: a drop up to " + percent(floor) + " (" +
              num(c.options.between_run_k, 2) + " x the robust spread of the " + std::to_string(logs.size()) +
              " cases' changes)";
   }
@@ -103,6 +124,11 @@ void apply_between_run_floor(Comparison& c) {
 }  // namespace
 
 Comparison compare_reports(const Report& base, const Report& next, const CompareOptions& opts) {
+  if (std::find(compare_metrics().begin(), compare_metrics().end(), opts.metric) == compare_metrics().end()) {
+    std::string known;
+    for (const auto& m : compare_metrics()) known += (known.empty() ? "" : ", ") + m;
+    throw std::invalid_argument("--metric " + opts.metric + ": not a metric compare judges (known: " + known + ")");
+  }
   std::map<std::string, const RunResult*> b, n;
   for (const auto& r : base.results) b[r.name] = &r;
   for (const auto& r : next.results) n[r.name] = &r;
@@ -144,14 +170,17 @@ Comparison compare_reports(const Report& base, const Report& next, const Compare
 
 std::string comparison_table(const Comparison& c) {
   std::ostringstream os;
-  os << std::left << std::setw(52) << "case" << std::right << std::setw(13) << "base tok/s" << std::setw(13)
-     << "new tok/s" << std::setw(9) << "delta" << std::setw(9) << "n" << std::setw(8) << "p" << "  verdict\n";
+  const bool cpu = c.options.metric == "cpu_s";
+  os << std::left << std::setw(52) << "case" << std::right << std::setw(13) << (cpu ? "base cpu ms" : "base tok/s")
+     << std::setw(13) << (cpu ? "new cpu ms" : "new tok/s") << std::setw(9) << "delta" << std::setw(9) << "n" << std::setw(8) << "p" << "  verdict\n";
   int regressions = 0, inconclusive = 0;
   for (const auto& d : c.cases) {
     os << std::left << std::setw(51) << d.name << " " << std::right << std::fixed << std::setprecision(0) << std::setw(13);
-    if (d.base_tps > 0) os << d.base_tps; else os << d.base_status;
+    const double scale = cpu ? 1e3 : 1.0;
+    if (cpu) os << std::setprecision(1);
+    if (d.base_tps > 0) os << d.base_tps * scale; else os << d.base_status;
     os << std::setw(13);
-    if (d.new_tps > 0) os << d.new_tps; else os << d.new_status;
+    if (d.new_tps > 0) os << d.new_tps * scale; else os << d.new_status;
     os << std::setprecision(1) << std::setw(8) << d.delta * 100 << "%" << std::setw(9)
        << (std::to_string(d.base_n) + "/" + std::to_string(d.new_n)) << std::setw(8) << std::setprecision(3)
        << d.p_value << "  " << (d.regression ? "REGRESSION: " + d.why : d.inconclusive ? "INCONCLUSIVE: " + d.why : "ok")
@@ -161,9 +190,10 @@ std::string comparison_table(const Comparison& c) {
   }
   for (const auto& n : c.only_in_new) os << n << ": only in the new report\n";
   os << c.cases.size() << " cases compared, " << regressions << " regression" << (regressions == 1 ? "" : "s") << ", "
-     << inconclusive << " inconclusive (threshold " << std::setprecision(1) << c.options.threshold * 100
-     << "%, Mann-Whitney alpha " << std::setprecision(3) << c.options.alpha << ", at least " << c.options.min_samples
-     << " samples a side, median noise up to " << std::setprecision(1) << c.options.max_noise * 100 << "%)\n";
+     << inconclusive << " inconclusive (metric " << c.options.metric << ", threshold " << std::setprecision(1)
+     << c.options.threshold * 100 << "%, Mann-Whitney alpha " << std::setprecision(3) << c.options.alpha
+     << ", busy-machine floor " << std::setprecision(1) << c.options.busy_floor * 100 << "%, median noise over "
+     << c.options.max_noise * 100 << "% widens the floor)\n";
   return os.str();
 }
 
@@ -189,6 +219,8 @@ Report pool_runs(const std::vector<Report>& runs) {
       }
       auto& s = p.measurement.step_s;
       s.insert(s.end(), r.measurement.step_s.begin(), r.measurement.step_s.end());
+      auto& cs = p.measurement.cpu_s;
+      cs.insert(cs.end(), r.measurement.cpu_s.begin(), r.measurement.cpu_s.end());
       if (r.measurement.noisy() && !p.measurement.noisy()) {
         p.measurement.verdict = r.measurement.verdict;
         p.measurement.verdict_reason = r.measurement.verdict_reason;

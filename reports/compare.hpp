@@ -1,14 +1,17 @@
 #pragma once
 // `cpbench compare BASE.json NEW.json`: the regression gate. It decides per case from the timed steps'
-// samples (report schema 4: every step's time), not from two medians, as Google Benchmark's compare.py
-// does: a two-sided Mann-Whitney U test at `alpha`, plus a threshold on the effect size.
+// samples (report schema 4: every step's time, and on CPU ranks every step's CPU seconds), not from two
+// medians, as Google Benchmark's compare.py does: a two-sided Mann-Whitney U test at `alpha` (exact for
+// few samples), plus a threshold on the effect size, above every noise floor that applies.
 //   regression    the case was ok in BASE and is failed or skipped in NEW, or missing from NEW; or NEW
-//                 is slower: tokens/s fell by more than `threshold` (ratio of the medians) AND the U test
-//                 rejects "same distribution" at alpha, with both runs quiet and well measured.
-//   inconclusive  tokens/s fell by more than `threshold`, but the evidence does not hold: fewer than
-//                 `min_samples` samples on a side (an older report has none), a run marked noisy (the
-//                 machine was busy or the median never settled), a median noise above `max_noise`, or
-//                 p >= alpha. Never a regression.
+//                 is slower: the metric's rate fell by more than `threshold` (ratio of the medians) and
+//                 by more than every floor below, AND the U test rejects "same distribution" at alpha.
+//   inconclusive  the rate fell by more than `threshold`, but the evidence does not hold: the sample
+//                 sizes cannot reach alpha at all (stats::mann_whitney_min_p >= alpha; an older report
+//                 has no samples), p >= alpha, or the drop is within a floor: the pair's run-to-run
+//                 noise (between_run_k, below), a busy machine's between-invocation spread (busy_floor,
+//                 when either run was busy), or the two medians' noise summed (when a side's noise is
+//                 above max_noise). Evidence widens the floor; nothing vetoes a drop beyond it.
 //   ok            otherwise (including faster).
 // Cases only in NEW are listed, not gated. exit_status(): 1 on any regression, else
 // kCompareInconclusive on any inconclusive case, else 0 (README "Exit codes").
@@ -21,14 +24,20 @@ namespace cpbench {
 
 inline constexpr int kCompareInconclusive = 4;
 
+// The samples a comparison judges: "tokens_per_s" (the step time's samples, wall clock; the default)
+// or "cpu_s" (CPU ranks' CPU seconds per step, measurement.cpu_s: the work, whatever the neighbours do;
+// CUDA cases keep device time and carry none).
+[[nodiscard]] const std::vector<std::string>& compare_metrics();
+
 struct CompareOptions {
-  double threshold = 0.05;  // effect size: the drop in tokens/s that matters (fraction)
+  double threshold = 0.05;  // effect size: the drop in the metric's rate that matters (fraction)
   double alpha = 0.05;      // the U test's significance level (two-sided)
-  int64_t min_samples = 5;  // per side; fewer: inconclusive
-  double max_noise = 0.10;  // a side whose median noise (stats::median_noise) exceeds this: inconclusive
-  // A/B mode: both sides ran interleaved on the same machine, so its load is in both samples alike; a
-  // run's noisy verdict is then no reason for inconclusive (the noise and significance rules still are).
-  bool ignore_noisy_verdict = false;
+  int64_t min_samples = 2;  // per side; fewer: inconclusive (whether a size can reach alpha: min_p)
+  double max_noise = 0.10;  // a side whose median noise (stats::median_noise) exceeds this: the floor is
+                            // the two sides' noise summed
+  // Either run measured on a busy machine (MachineState::busy): the floor is at least this, the spread
+  // between invocations measured on such a machine (docs/measurement.md: +-20% on the 2-core VM).
+  double busy_floor = 0.20;
   // Run-to-run noise: the samples of one run cannot show how much a whole run shifts against another
   // (a VM's slow phase, placement). With at least kMinCasesForSpread judged cases, their log-ratios of
   // the medians spread like that noise: a drop within between_run_k x their robust spread (1.4826 x
@@ -36,18 +45,20 @@ struct CompareOptions {
   // k = 3: under a normal model a twin pair's case crosses it with probability 0.13%, so a 12-case
   // scenario raises a false alarm in about 1.6% of twin pairs (k = 2 would be 2.3% a case, 24% a pair).
   double between_run_k = 3.0;
+  std::string metric = "tokens_per_s";  // one of compare_metrics()
 };
 inline constexpr size_t kMinCasesForSpread = 6;
 
 struct CaseDelta {
   std::string name;
   std::string base_status, new_status;  // new_status "missing" when NEW lacks the case
-  double base_tps = 0, new_tps = 0;
-  double delta = 0;      // (new - base) / base tokens/s, from the samples' medians; 0 when either is missing
+  double base_tps = 0, new_tps = 0;  // tokens/s (metric tokens_per_s) or CPU seconds per step (cpu_s)
+  double delta = 0;      // (new - base) / base rate, from the samples' medians; 0 when either is missing
   int64_t base_n = 0, new_n = 0;  // samples
   double p_value = 1;    // Mann-Whitney U, two-sided (1 when not tested)
   double noise = 0;      // the larger median noise of the two sides
   double between_run = 0;  // the pair's run-to-run noise floor (fraction), when enough cases estimate it
+  double floor = 0;        // the largest other floor that applied (busy machine, noisy medians), fraction
   bool regression = false;
   bool inconclusive = false;
   std::string why;       // for regressions and inconclusive cases

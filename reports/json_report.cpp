@@ -46,12 +46,13 @@ json to_json(const RunResult& r) {
     ranks.push_back({{"rank", s.rank}, {"attention_s", s.attention_s}, {"attention_flops", s.attention_flops},
                      {"bytes_sent", s.bytes_sent}, {"comm_s", s.comm_s}, {"transfer_s", s.transfer_s},
                      {"step_s", s.step_s}, {"attention_flops_computed", s.attention_flops_computed},
-                     {"ssm_s", s.ssm_s}, {"kernel_blocks", s.kernel_blocks}});
+                     {"ssm_s", s.ssm_s}, {"cpu_s", s.cpu_s}, {"kernel_blocks", s.kernel_blocks}});
   j["ranks"] = ranks;
   const MeasurementRecord& m = r.measurement;
   if (!m.step_s.empty() || !m.verdict.empty()) {
     const MachineState& ms = m.machine;
     j["measurement"] = {{"step_s", m.step_s},
+                        {"cpu_s", m.cpu_s},
                         {"warmup", m.warmup},
                         {"min_iters", m.min_iters},
                         {"max_noise", m.max_noise},
@@ -157,11 +158,12 @@ RunResult run_result_from_json(const json& j) {
     r.ranks.push_back({s.value("rank", 0), s.value("attention_s", 0.0), s.value("attention_flops", 0.0),
                        s.value("bytes_sent", 0.0), s.value("comm_s", 0.0), s.value("transfer_s", 0.0),
                        s.value("step_s", 0.0), s.value("attention_flops_computed", 0.0), s.value("ssm_s", 0.0),
-                       s.value("kernel_blocks", std::map<std::string, int64_t>{})});
+                       s.value("kernel_blocks", std::map<std::string, int64_t>{}), s.value("cpu_s", 0.0)});
   if (j.contains("measurement")) {  // schema 4
     const json& m = j.at("measurement");
     MeasurementRecord& x = r.measurement;
     x.step_s = m.value("step_s", std::vector<double>{});
+    x.cpu_s = m.value("cpu_s", std::vector<double>{});
     x.warmup = m.value("warmup", int64_t{0});
     x.min_iters = m.value("min_iters", int64_t{0});
     x.max_noise = m.value("max_noise", 0.0);

@@ -59,6 +59,9 @@ struct RankStats {
   // (kernels/attention/fused_attention.hpp: skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window,
   // cuda_flash_varlen, cuda_efficient), every layer's call counted; routes with no block left out.
   std::map<std::string, int64_t> kernel_blocks;
+  // Added within schema 4 (absent: 0): median per timed step of this rank's process CPU seconds (its
+  // CPU clock: every thread, intra-op threads included); 0 on CUDA, where the gate keeps device time.
+  double cpu_s = 0;
 };
 
 // The machine around one case's measurement (harness/runner/machine_state.hpp). Sampled on the
@@ -81,6 +84,9 @@ struct MachineState {
 // timed steps has passed. Every timed step's sample is kept.
 struct MeasurementRecord {
   std::vector<double> step_s;  // every timed step: the CP group's time (its slowest rank's), seconds
+  // Added within schema 4 (absent: empty; empty on CUDA): every timed step's CPU seconds summed over
+  // the CP group's ranks (each rank's process CPU clock around its step): the work, not the neighbours.
+  std::vector<double> cpu_s;
   int64_t warmup = 0;
   int64_t min_iters = 0;
   double max_noise = 0;        // fraction

@@ -32,4 +32,11 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
+std::string percent(double fraction, bool show_sign) {
+  std::ostringstream os;
+  if (show_sign) os << std::showpos;
+  os << std::fixed << std::setprecision(1) << fraction * 100 << "%";
+  return os.str();
+}
+
 }  // namespace cpbench

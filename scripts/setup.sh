@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what cpbench needs and builds it. Idempotent: silent when everything is already there.
-#   - Debian packages (yaml-cpp, gloo headers, nlohmann-json, CLI11, ccache, ninja, GoogleTest, Google Benchmark)
+#   - Debian packages (yaml-cpp, gloo headers, nlohmann-json, CLI11, ccache, ninja, GoogleTest, Google Benchmark,
+#     SQLite and SQLiteCpp for the run history)
 #   - LibTorch from the PyPI wheel torch==${CPBENCH_TORCH_VERSION}, once, into ${CPBENCH_CACHE}
 #     (default ~/.cache/cpbench), reused by every clone on this machine
 #   - a CMake build in ${CPBENCH_BUILD_DIR} (default <repo>/build) of the targets in
@@ -22,7 +23,7 @@ say() { echo "cpbench setup: $*" >&2; }
 
 install_debian_packages() {
   local pkgs=(cmake ninja-build g++ libyaml-cpp-dev libgloo-dev nlohmann-json3-dev libcli11-dev ccache
-              libgtest-dev libbenchmark-dev python3-pip)
+              libgtest-dev libbenchmark-dev python3-pip libsqlite3-dev libsqlitecpp-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

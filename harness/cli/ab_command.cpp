@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <map>
+#include <random>
 
 #include "harness/fs_util.hpp"
 #include "harness/runner/scenario.hpp"
@@ -70,8 +70,27 @@ void run_side(const std::string& exe, const AbOptions& o, const std::string& cas
 
 }  // namespace
 
+namespace {
+
+// One round's result into its side of a pair: its status and the median of its judged samples.
+void record_round(const Report& rep, const std::string& metric, bool base_side, PairedRound& into) {
+  std::string status = "failed", reason = "no result in the report";
+  double median = 0;
+  if (!rep.results.empty()) {
+    const RunResult& r = rep.results.front();
+    status = r.status;
+    reason = r.reason;
+    median = stats::median(metric == "cpu_s" ? r.measurement.cpu_s : r.measurement.step_s);
+  }
+  (base_side ? into.base_status : into.new_status) = status;
+  (base_side ? into.base_reason : into.new_reason) = reason;
+  (base_side ? into.base_s : into.new_s) = median;
+}
+
+}  // namespace
+
 int run_ab_command(const AbOptions& o) {
-  CP_CHECK_USAGE(o.rounds >= 1, "compare --ab: --rounds must be >= 1, got ", o.rounds);
+  CP_CHECK_USAGE(o.rounds >= 2, "compare --ab: --rounds must be >= 2 (one ABBA block), got ", o.rounds);
   CP_CHECK_USAGE(fsu::exists(o.base_exe), "compare --ab: baseline executable ", o.base_exe, " does not exist");
   const std::string new_exe = o.new_exe.empty() ? self_exe() : o.new_exe;
   CP_CHECK_USAGE(fsu::exists(new_exe), "compare --ab: --new-exe ", new_exe, " does not exist");
@@ -80,46 +99,44 @@ int run_ab_command(const AbOptions& o) {
   CP_CHECK_USAGE(!cases.empty(), o.scenario, ": no case matches --filter '", o.filter, "'");
   fsu::make_dirs(o.out_dir + "/base");
   fsu::make_dirs(o.out_dir + "/new");
-  std::vector<Report> base_runs, new_runs;
-  // Per case, each round's (base, new) median step time: a regression must show in every round.
-  std::map<std::string, std::vector<std::pair<double, double>>> rounds;
-  const auto median_step = [](const Report& rep) {
-    return rep.results.empty() ? 0.0 : stats::median(rep.results.front().measurement.step_s);
-  };
-  for (const auto& c : cases) {
-    for (int r = 0; r < o.rounds; ++r) {
-      const std::string tag = std::to_string(c.index) + "-r" + std::to_string(r);
-      // ABBA: the side that goes first alternates, so a drift in the machine's load cancels.
-      for (int k = 0; k < 2; ++k) {
-        const bool base_side = (k == 0) == (r % 2 == 0);
+  const int blocks = (o.rounds + 1) / 2;
+  std::mt19937_64 gen(o.seed);
+  std::bernoulli_distribution abba(0.5);
+  std::vector<PairedCase> paired(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) paired[i].name = cases[i].name();
+  for (int b = 0; b < blocks; ++b)
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const CaseSpec& c = cases[i];
+      // ABBA or BAAB, drawn: a load that changes with the session's rhythm cannot favour one side.
+      const bool base_first = abba(gen);
+      const bool order[4] = {base_first, !base_first, !base_first, base_first};
+      PairedRound first, second;
+      int seen_base = 0, seen_new = 0;
+      for (int k = 0; k < 4; ++k) {
+        const bool base_side = order[k];
+        const int nth = base_side ? seen_base++ : seen_new++;
+        const std::string tag = std::to_string(c.index) + "-b" + std::to_string(b) + "-" + std::to_string(nth);
         const std::string dir = o.out_dir + (base_side ? "/base/" : "/new/") + tag;
-        std::cerr << "[ab] " << c.name() << " round " << r + 1 << "/" << o.rounds << ": "
-                  << (base_side ? "base" : "new") << std::endl;
+        std::cerr << "[ab] " << c.name() << " block " << b + 1 << "/" << blocks << ": " << (base_side ? "base" : "new")
+                  << std::endl;
         run_side(base_side ? o.base_exe : new_exe, o, c.name(), dir, dir + ".log");
-        (base_side ? base_runs : new_runs).push_back(report_from_json(read_json_file(dir + "/report.json")));
+        record_round(report_from_json(read_json_file(dir + "/report.json")), o.compare.metric, base_side,
+                     nth == 0 ? first : second);
       }
-      rounds[c.name()].emplace_back(median_step(base_runs.back()), median_step(new_runs.back()));
+      first.base_first = base_first;
+      second.base_first = !base_first;
+      paired[i].pairs.push_back(first);
+      paired[i].pairs.push_back(second);
     }
-  }
-  CompareOptions opts = o.compare;
-  opts.ignore_noisy_verdict = true;  // the machine's load is in both sides' samples alike
-  Comparison cmp = compare_reports(pool_runs(base_runs), pool_runs(new_runs), opts);
-  for (auto& d : cmp.cases) {
-    if (!d.regression || d.new_status != "ok") continue;
-    // Pooled samples can be swayed by one disturbed round: the drop must appear in each round's pair
-    // (new slower than base by at least half the threshold), else the rounds disagree.
-    for (const auto& [b, n] : rounds[d.name])
-      if (!(b > 0 && n > 0 && b / n - 1.0 < -opts.threshold / 2)) {
-        d.regression = false;
-        d.inconclusive = true;
-        d.why += ", but the rounds disagree (a round's new median is within half the threshold of its base)";
-        break;
-      }
-  }
-  const std::string table = comparison_table(cmp);
+  PairedOptions po;
+  po.threshold = o.compare.threshold;
+  po.alpha = o.compare.alpha;
+  std::vector<PairedVerdict> verdicts;
+  for (const auto& pc : paired) verdicts.push_back(judge_paired(pc, po));
+  const std::string table = paired_table(verdicts, po, o.compare.metric);
   std::cout << table;
   std::ofstream(o.out_dir + "/comparison.txt") << table;
-  return cmp.exit_status();
+  return paired_exit_status(verdicts);
 }
 
 }  // namespace cpbench

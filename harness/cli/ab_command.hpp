@@ -1,14 +1,16 @@
 #pragma once
-// `cpbench compare --ab BASE_CPBENCH SCENARIO`: an A/B comparison that takes the machine out of the
-// comparison. The baseline build and the new build (this executable, or --new-exe) run the scenario
-// interleaved, case by case, on the same machine in one go: for each case, `rounds` rounds in ABBA
-// order (A B, then B A, ...), so a slow drift of the machine's load hits both sides alike. Each side's
-// samples of a case are pooled over its rounds and judged as `cpbench compare` judges two reports
-// (reports/compare.hpp). Returns compare's exit status.
+// `cpbench compare --ab BASE_CPBENCH SCENARIO`: an A/B comparison that holds on a shared machine. The
+// baseline build and the new build (this executable, or --new-exe) run each case in many short rounds
+// (`rounds` per side, each a `run --filter '^case$'`, its own process), in blocks of four: ABBA or BAAB,
+// the order drawn per block and case from a generator seeded with `seed`; blocks go case after case, so
+// every case's rounds spread over the whole session. The round is the unit: reports/paired_rounds.hpp
+// judges the per-pair log-ratios of the rounds' medians against the session's own A/A spread. Returns
+// its exit status (0, 1 regression, 4 inconclusive).
 #include <string>
 #include <vector>
 
 #include "reports/compare.hpp"
+#include "reports/paired_rounds.hpp"
 
 namespace cpbench {
 
@@ -17,10 +19,11 @@ struct AbOptions {
   std::string new_exe;              // "" = this executable
   std::string scenario;             // scenario YAML both builds run
   std::string out_dir = "cpbench-ab";  // <out>/{base,new}/<case>-r<round>/ and their logs
-  int rounds = 2;                   // per case and side
+  int rounds = 8;                   // per case and side, rounded up to a multiple of 2 (whole blocks)
+  uint64_t seed = 1;                // the block orders' generator
   std::string filter;               // only cases whose name matches (as `run --filter`)
   std::vector<std::string> overrides;  // `-a key=[...]`, passed to both builds
-  CompareOptions compare;
+  CompareOptions compare;          // metric, threshold, alpha
 };
 
 int run_ab_command(const AbOptions& options);

@@ -13,6 +13,7 @@
 #include "sharders/core/version.hpp"
 #include "harness/fs_util.hpp"
 #include "harness/cli/ab_command.hpp"
+#include "harness/cli/history_command.hpp"
 #include "harness/cli/layout_command.hpp"
 #include "harness/cli/plan_command.hpp"
 #include "harness/runner/device_memory.hpp"
@@ -114,25 +115,39 @@ int main(int argc, char** argv) {
       "compare", "compare two report.json files (or, with --ab, two builds on one scenario); exit 1 on a regression");
   compare_cmd->add_option("base", compare_base, "baseline report.json (with --ab: the scenario YAML)");
   compare_cmd->add_option("new", compare_new, "new report.json (not with --ab)");
+  compare_cmd->add_option("--metric", compare_opts.metric,
+                          "what is judged: tokens_per_s (wall time, the default) or cpu_s (CPU ranks' CPU seconds per step)")
+      ->check(CLI::IsMember(cpbench::compare_metrics()));
   compare_cmd->add_option("--threshold", compare_threshold,
                           "throughput drop that counts, in percent (default 5): the effect size")
       ->check(CLI::Range(0.0, 100.0));
   compare_cmd->add_option("--alpha", compare_opts.alpha, "Mann-Whitney U significance level (default 0.05)")
       ->check(CLI::Range(1e-9, 0.5));
   compare_cmd->add_option("--min-samples", compare_opts.min_samples,
-                          "timed samples a side needs to be judged (default 5); fewer: inconclusive")
-      ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
+                          "timed samples a side needs (default 2); sizes whose exact Mann-Whitney p cannot reach "
+                          "--alpha are inconclusive whatever this says")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   compare_cmd->add_option("--max-noise", compare_max_noise,
-                          "largest median noise (half its 95% interval, in percent of it; default 10) a side may "
-                          "have; noisier cases are inconclusive (exit 4)")
+                          "median noise (half its 95% interval, in percent; default 10) above which a drop must "
+                          "exceed the two sides' noise summed")
       ->check(CLI::Range(0.0, 1000.0));
+  double compare_busy_floor = compare_opts.busy_floor * 100;
+  compare_cmd->add_option("--busy-floor", compare_busy_floor,
+                          "a run measured on a busy machine: the drop must exceed this, in percent (default 20, "
+                          "the spread between invocations measured on the 2-core VM)")
+      ->check(CLI::Range(0.0, 100.0));
   compare_cmd->add_option("--ab", ab_opts.base_exe,
                           "A/B mode: BASELINE_CPBENCH runs the scenario interleaved with this build, case by case");
   compare_cmd->add_option("--new-exe", ab_opts.new_exe, "A/B mode: the new build (default: this executable)");
-  compare_cmd->add_option("--rounds", ab_opts.rounds, "A/B mode: runs per case and side, in ABBA order (default 2)");
+  compare_cmd->add_option("--rounds", ab_opts.rounds,
+                          "A/B mode: rounds per case and side, in ABBA / BAAB blocks (default 8; even)");
+  compare_cmd->add_option("--seed", ab_opts.seed, "A/B mode: the seed of the blocks' order (default 1)");
   compare_cmd->add_option("--out", ab_opts.out_dir, "A/B mode: where both sides' reports go (default cpbench-ab)");
   compare_cmd->add_option("--filter", ab_opts.filter, "A/B mode: only cases whose name matches this regex");
   compare_cmd->add_option("-a,--axis", ab_opts.overrides, "A/B mode: key=[v1,v2] axis override for both builds");
+
+  cpbench::HistoryCommandOptions history_opts;
+  auto* history_cmd = cpbench::add_history_options(app, history_opts);
 
   cpbench::RankCommandOptions rank_opts;
   auto* rank_cmd = app.add_subcommand("_rank", "internal: one rank of a spawned group");
@@ -165,9 +180,11 @@ int main(int argc, char** argv) {
       std::cout << cpbench::format_gpu_memory(cpbench::query_gpu_memory());
       return 0;
     }
+    if (*history_cmd) return cpbench::run_history_command(history_opts);
     if (*compare_cmd) {
       compare_opts.threshold = compare_threshold / 100.0;
       compare_opts.max_noise = compare_max_noise / 100.0;
+      compare_opts.busy_floor = compare_busy_floor / 100.0;
       if (!ab_opts.base_exe.empty()) {
         if (compare_base.empty() || !compare_new.empty())
           throw cpbench::UsageError("compare --ab BASELINE_CPBENCH SCENARIO: give exactly one scenario file");

@@ -35,6 +35,7 @@ struct RankRuntime {
   int64_t slowref_case = -1;
   int slowref_rank = -1;
   double slowref_s = 0;
+  bool slow_spins = false;  // CPBENCH_FAULT=work: the lengthening is CPU work, not a sleep
 };
 
 struct CaseContext {

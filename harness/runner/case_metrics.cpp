@@ -15,7 +15,7 @@
 namespace cpbench {
 namespace {
 
-// The gathered summary: 12 timings / counts, 2 spare, then one block count per kernel route.
+// The gathered summary: 12 timings / counts, the CPU seconds, 1 spare, then one block count per kernel route.
 constexpr int kTimedFields = 14;
 constexpr int kSummaryFields = kTimedFields + static_cast<int>(kernels::kKernelRoutes.size());
 
@@ -39,7 +39,7 @@ std::string sci(double v) {
 std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& s) {
   std::vector<double> fields = {s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.ssm_s,
                                 s.flops_visible, s.flops_computed, s.bytes, s.ssm_bytes, s.shard_s, s.forward_s,
-                                s.backward_s, 0.0, 0.0};
+                                s.backward_s, s.cpu_s, 0.0};
   for (const auto route : kernels::kKernelRoutes) {
     const auto it = s.kernel_blocks.find(kernels::to_string(route));
     fields.push_back(it == s.kernel_blocks.end() ? 0.0 : static_cast<double>(it->second));
@@ -51,7 +51,7 @@ std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankS
   std::vector<RankSummary> out;
   const double* p = all.data_ptr<double>();
   for (int64_t r = 0; r < x.c.cp; ++r, p += kSummaryFields) {
-    RankSummary o{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], {}};
+    RankSummary o{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], {}, p[12]};
     for (size_t i = 0; i < kernels::kKernelRoutes.size(); ++i)
       if (const double n = p[kTimedFields + i]; n > 0) o.kernel_blocks[kernels::to_string(kernels::kKernelRoutes[i])] = static_cast<int64_t>(n);
     out.push_back(std::move(o));
@@ -130,6 +130,8 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   add("tokens_per_s", step_s > 0 ? tokens * static_cast<double>(c.dp) / step_s : 0, "tokens/s", spread);
   add("step_s", step_s, "s", spread);
   add("step_noise", m.noise, "fraction");
+  // CPU ranks: the CP group's CPU seconds per step (docs/measurement.md); CUDA keeps device time.
+  if (!m.cpu_s.empty()) add("cpu_s", stats::median(m.cpu_s), "s", stats::range_spread(m.cpu_s));
 
   // The step's parts, on the slowest rank of each (per rank in `ranks` below).
   double attention_s = 0, attention_compute_s = 0, ssm_s = 0, max_f = 0, sum_f = 0, max_t = 0, sum_t = 0, max_b = 0,
@@ -146,6 +148,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
     rs.transfer_s = s.transfer_s;
     rs.step_s = s.step_s;
     rs.ssm_s = s.ssm_s;
+    rs.cpu_s = s.cpu_s;
     rs.kernel_blocks = s.kernel_blocks;
     res.ranks.push_back(rs);
     const double visible_train = kStepFactor * s.flops_visible, computed_train = kStepFactor * s.flops_computed;

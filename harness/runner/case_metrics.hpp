@@ -41,6 +41,7 @@ struct RankSummary {
   double shard_s = 0, forward_s = 0, backward_s = 0;
   // Forward blocks per step per kernel route (AttentionStats::kernel_blocks: every layer's call).
   std::map<std::string, int64_t> kernel_blocks;
+  double cpu_s = 0;  // median per timed step of this rank's process CPU seconds (0 on CUDA)
   [[nodiscard]] double attention_s() const { return attention_compute_s + attention_wait_s; }
 };
 

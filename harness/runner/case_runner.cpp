@@ -57,7 +57,7 @@ namespace {
 
 // This rank's per-step samples of the timed steps (the measurement keeps the group's step times).
 struct RankSamples {
-  std::vector<double> step, shard, forward, backward, compute, wait, transfer, ssm;
+  std::vector<double> step, shard, forward, backward, compute, wait, transfer, ssm, cpu;
   AttentionStats last;  // the work of a step (the same every step)
   int64_t ssm_bytes = 0;
   std::vector<RankTimeline> timelines;  // one per timed step
@@ -78,6 +78,7 @@ RankSummary summarize(const RankSamples& s) {
   r.forward_s = stats::median(s.forward);
   r.backward_s = stats::median(s.backward);
   r.kernel_blocks = s.last.kernel_blocks;
+  r.cpu_s = stats::median(s.cpu);
   return r;
 }
 
@@ -171,11 +172,24 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   const std::vector<TensorError> first = check_outputs(x, got, ref, "first");
 
   RankSamples samples;
+  // CPBENCH_FAULT=work on this case and rank: each timed step spins until this process's CPU clock
+  // advanced by that fraction of the step's own CPU seconds (inside the step, as the slow hook sleeps).
+  const double spin = rt.slow_spins && c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
   const TimedStep step = [&](int64_t i) {
     if (i < 0) return run_step(x, stats).total;
     RankTimeline& trace = samples.timelines.emplace_back();
     trace.rank = x.cp_rank;
-    const StepTimes t = run_step(x, stats, &trace);
+    const double cpu0 = process_cpu_seconds();
+    StepTimes t = run_step(x, stats, &trace);
+    if (spin > 0) {
+      const auto w0 = std::chrono::steady_clock::now();
+      const double until = process_cpu_seconds() + spin * (process_cpu_seconds() - cpu0);
+      volatile double sink = 0;
+      while (process_cpu_seconds() < until)
+        for (int k = 0; k < 4096; ++k) sink = sink + k * 0.5;
+      t.total += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    }
+    if (!x.cuda) samples.cpu.push_back(process_cpu_seconds() - cpu0);
     samples.step.push_back(t.total);
     samples.shard.push_back(t.shard);
     samples.forward.push_back(t.forward);
@@ -195,9 +209,15 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     return t.to(at::kCPU).item<double>();
   };
   MeasureHooks hooks;
-  hooks.slowdown = c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
+  hooks.slowdown = !rt.slow_spins && c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
   hooks.monitor = rt.rank == 0;
   MeasurementRecord m = measure_steps(s.measure, step, group_max, hooks);
+  if (!x.cuda) {
+    // Per step, the CP group's CPU seconds: every rank's, summed (one all-gather, outside the steps).
+    const at::Tensor mine = at::tensor(samples.cpu, at::kDouble);
+    const at::Tensor all = x.comm.all_gather(mine).view({c.cp, mine.numel()}).sum(0).contiguous();
+    m.cpu_s.assign(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  }
   m.threads_per_rank = at::get_num_threads();
   m.omp_wait_policy = omp_wait_policy();
   if (c.index == rt.slow_case) m.slowdown = rt.slow_fraction;

@@ -1,5 +1,7 @@
 #include "harness/runner/measurement.hpp"
 
+#include <time.h>
+
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -8,6 +10,12 @@
 #include "reports/statistics.hpp"
 
 namespace cpbench {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 MeasurementRecord measure_steps(const MeasureSpec& spec, const TimedStep& step, const GroupMax& group_max,
                                 const MeasureHooks& hooks) {
@@ -47,7 +55,7 @@ MeasurementRecord measure_steps(const MeasureSpec& spec, const TimedStep& step, 
       m.stopped_by = "noise";
       break;
     }
-    if (elapsed >= spec.max_time_s) {
+    if (elapsed >= spec.max_time_s && (spec.max_time_s == 0 || n >= kMinSamplesForGate)) {
       m.stopped_by = "max_time";
       break;
     }

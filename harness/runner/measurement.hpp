@@ -21,6 +21,10 @@ struct MeasureSpec {
 };
 // The noise rule needs this many samples before it may stop a measurement (fewer: too few to judge).
 inline constexpr int64_t kMinSamplesForNoise = 5;
+// A timed measurement (max_time_s > 0) keeps at least this many samples even when the time is up: the
+// regression gate's exact Mann-Whitney test can reach p = 2/252 = 0.008 on 5 against 5 (3 against 3
+// cannot go below 0.1; docs/measurement.md). max_time_s = 0 (a correctness sweep) times exactly iters.
+inline constexpr int64_t kMinSamplesForGate = 5;
 
 // One step on this rank; returns its seconds (iteration < 0: a warm-up step).
 using TimedStep = std::function<double(int64_t iteration)>;
@@ -33,11 +37,15 @@ struct MeasureHooks {
 };
 
 // Runs spec.warmup untimed steps, then timed steps until (after at least spec.iters, and at least
-// kMinSamplesForNoise) the noise rule holds, or spec.max_time_s of the group's step time has passed,
-// or spec.max_iters. A sample is the CP group's step time (its slowest rank's), so every rank sees the
+// kMinSamplesForNoise) the noise rule holds, or spec.max_time_s of the group's step time has passed
+// (after at least kMinSamplesForGate), or spec.max_iters. A sample is the CP group's step time (its slowest rank's), so every rank sees the
 // same samples and stops after the same step. Fills step_s, noise, stopped_by, the spec's values, the
 // slowdown and (with monitor) the machine state and verdict; threads and wait policy are the caller's.
 [[nodiscard]] MeasurementRecord measure_steps(const MeasureSpec& spec, const TimedStep& step, const GroupMax& group_max,
                                               const MeasureHooks& hooks);
+
+// This process's CPU seconds so far (CLOCK_PROCESS_CPUTIME_ID: every thread, intra-op threads
+// included). Around a step it measures the rank's work, not the time other processes held the cores.
+[[nodiscard]] double process_cpu_seconds();
 
 }  // namespace cpbench

@@ -122,10 +122,11 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.store = comm::connect_store(ro);
   const char* fault_env = std::getenv("CPBENCH_FAULT");
   const FaultSpec fault = parse_fault(fault_env ? fault_env : "");
-  if (fault.kind == "slow") {
+  if (fault.kind == "slow" || fault.kind == "work") {
     rt.slow_case = fault.case_index;
     rt.slow_rank = fault.rank;
     rt.slow_fraction = fault.slow_fraction;
+    rt.slow_spins = fault.kind == "work";
   }
   if (fault.kind == "slowref") {
     rt.slowref_case = fault.case_index;
@@ -214,9 +215,9 @@ FaultSpec parse_fault(const std::string& text) {
   FaultSpec f;
   if (text.empty()) return f;
   const std::string what = "CPBENCH_FAULT=\"" + text +
-                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, slow:CASE:RANK:PERCENT with "
-                           "PERCENT in (0, 1000], or slowref:CASE:RANK:SECONDS with SECONDS in (0, 3600], CASE a case "
-                           "index and RANK a rank (a test hook, docs/scenarios.md)";
+                           "\": expected KIND:CASE:RANK with KIND crash, hang or throw, slow:CASE:RANK:PERCENT or "
+                           "work:CASE:RANK:PERCENT with PERCENT in (0, 1000], or slowref:CASE:RANK:SECONDS with SECONDS "
+                           "in (0, 3600], CASE a case index and RANK a rank (a test hook, docs/scenarios.md)";
   std::vector<std::string> parts;
   for (size_t from = 0;;) {
     const size_t colon = text.find(':', from);
@@ -225,7 +226,7 @@ FaultSpec parse_fault(const std::string& text) {
     from = colon + 1;
   }
   f.kind = parts[0];
-  const bool slow = f.kind == "slow" || f.kind == "slowref";
+  const bool slow = f.kind == "slow" || f.kind == "work" || f.kind == "slowref";
   CP_CHECK_USAGE(f.kind == "crash" || f.kind == "hang" || f.kind == "throw" || slow, what);
   CP_CHECK_USAGE(parts.size() == (slow ? 4u : 3u), what);
   auto number = [&](const std::string& t, int64_t max) {

@@ -54,15 +54,17 @@ int rank_command(const RankCommandOptions& options);
 // The test hooks, CPBENCH_FAULT="KIND:CASE:RANK" with KIND crash (abort), hang (sleep an hour) or
 // throw (an Error), CASE a case index and RANK a global rank: that rank does KIND when it reaches that
 // case; or "slow:CASE:RANK:PERCENT": each timed step of that case on that rank is lengthened by PERCENT %
-// of its own duration (PERCENT in (0, 1000], proving the regression gate); or "slowref:CASE:RANK:SECONDS":
-// that rank, a cp-rank 0, sleeps SECONDS (in (0, 3600]) after its single-rank references (proving that the
-// other ranks wait for them on the store, not on timeout_s). Unset or empty: no fault.
+// of its own duration (PERCENT in (0, 1000], proving the regression gate), sleeping; "work:CASE:RANK:
+// PERCENT" lengthens it by spinning until the rank's CPU clock advanced PERCENT % of the step's CPU
+// seconds (more work: wall time and CPU time both grow); or "slowref:CASE:RANK:SECONDS": that rank, a
+// cp-rank 0, sleeps SECONDS (in (0, 3600]) after its single-rank references (proving that the other
+// ranks wait for them on the store, not on timeout_s). Unset or empty: no fault.
 // Anything else: UsageError naming the variable.
 struct FaultSpec {
   std::string kind;  // "" = none
   int64_t case_index = -1;
   int rank = -1;
-  double slow_fraction = 0;  // slow: PERCENT / 100
+  double slow_fraction = 0;  // slow, work: PERCENT / 100
   double slowref_s = 0;      // slowref: SECONDS
 };
 [[nodiscard]] FaultSpec parse_fault(const std::string& text);

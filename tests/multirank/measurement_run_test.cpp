@@ -77,6 +77,14 @@ TEST(MeasurementRun, ReportCarriesSamplesMachineStateRatesAndCollectives) {
     EXPECT_EQ(has_sendrecv, ring) << "the ring's hops are send/recv; allgather's are not";
     ASSERT_EQ(c.ranks.size(), 2u);
     for (const auto& rs : c.ranks) EXPECT_GT(rs.step_s, 0);
+    // CPU seconds: every rank's per step, and per step the group's, which is their sum (not one rank's).
+    ASSERT_EQ(m.cpu_s.size(), m.step_s.size());
+    double rank_sum = 0;
+    for (const auto& rs : c.ranks) {
+      EXPECT_GT(rs.cpu_s, 0);
+      rank_sum += rs.cpu_s;
+    }
+    EXPECT_NEAR(c.metric("cpu_s")->value, rank_sum, 0.25 * rank_sum) << "the group's CPU seconds sum its ranks'";
   }
   // Every rank's forward blocks per kernel route: what the step's plans say (gpu_cases::case_routes,
   // the same prediction scripts/gpu-check.sh's scenarios rely on for CUDA) times the attention layers.

@@ -244,11 +244,14 @@ TEST(FaultHook, ParsesValidAndRefusesBadValues) {
   EXPECT_EQ(slowref.kind, "slowref");
   EXPECT_DOUBLE_EQ(slowref.slowref_s, 8.0);
   EXPECT_DOUBLE_EQ(slowref.slow_fraction, 0.0);
+  const FaultSpec work = parse_fault("work:1:0:50");  // the same hook as CPU work (measurement.md)
+  EXPECT_EQ(work.kind, "work");
+  EXPECT_DOUBLE_EQ(work.slow_fraction, 0.5);
   for (const char* bad : {"bogus", "crash", "crash:1", "explode:1:0", "hang:x:1", "hang:1:y", "hang::1", "hang:1:",
                           "hang:-1:0", "throw:99999999999999999999999:0", "throw:1:99999999999", ":1:2", "hang:1:2:3",
                           "slow:1:0", "slow:1:0:", "slow:1:0:x", "slow:1:0:0", "slow:1:0:-5", "slow:1:0:1001",
                           "slow:1:0:25:1", "slow:a:0:25", "slow:1:0:25%", "slowref:1:0", "slowref:1:0:0",
-                          "slowref:1:0:3601"}) {
+                          "slowref:1:0:3601", "work:1:0", "work:1:0:0"}) {
     try {
       (void)parse_fault(bad);
       ADD_FAILURE() << bad << " was accepted";

@@ -56,10 +56,12 @@ TEST(Statistics, MedianNoiseShrinksWithSamplesAndMannWhitneyMatchesScipy) {
   EXPECT_DOUBLE_EQ(stats::median_noise({1.0}), 0);
   EXPECT_GT(stats::median_noise(samples(1, 0.2, 10)), stats::median_noise(samples(1, 0.2, 400)));
   EXPECT_LT(stats::median_noise(samples(1, 0.2, 400)), 0.05);
-  // scipy.stats.mannwhitneyu([1,2,3,4,5], [6,7,8,9,10], method="asymptotic"): U = 0, p = 0.01218.
+  // scipy.stats.mannwhitneyu([1,2,3,4,5], [6,7,8,9,10], method="exact"): U = 0, p = 2/252 = 0.007937
+  // (the asymptotic method said 0.01218; few samples without ties are counted exactly now).
   const stats::MannWhitney u = stats::mann_whitney({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10});
   EXPECT_DOUBLE_EQ(u.u, 0);
-  EXPECT_NEAR(u.p_two_sided, 0.012185, 1e-5);
+  EXPECT_TRUE(u.exact);
+  EXPECT_NEAR(u.p_two_sided, 2.0 / 252, 1e-12);
   // With ties: mannwhitneyu([1,2,2,3], [2,3,3,4], method="asymptotic") -> U = 3, p = 0.17203 (tie-corrected).
   const stats::MannWhitney t = stats::mann_whitney({1, 2, 2, 3}, {2, 3, 3, 4});
   EXPECT_DOUBLE_EQ(t.u, 3);
@@ -77,7 +79,7 @@ TEST(Compare, SameSamplesPassHalvedThroughputFails) {
   EXPECT_LT(c.cases[0].p_value, 1e-6);
   EXPECT_NEAR(c.cases[0].delta, -0.5, 0.03);
   EXPECT_NE(comparison_table(c).find("REGRESSION: throughput fell"), std::string::npos) << comparison_table(c);
-  EXPECT_NE(c.cases[0].why.find("Mann-Whitney p = "), std::string::npos) << c.cases[0].why;
+  EXPECT_NE(c.cases[0].why.find("Mann-Whitney exact p = "), std::string::npos) << c.cases[0].why;
 }
 
 TEST(Compare, ADropBelowTheThresholdIsOkEvenWhenSignificant) {
@@ -88,17 +90,32 @@ TEST(Compare, ADropBelowTheThresholdIsOkEvenWhenSignificant) {
   EXPECT_EQ(compare_reports(base, next, CompareOptions{0.02}).exit_status(), 1) << "a 2% threshold sees it";
 }
 
-TEST(Compare, TooFewSamplesOrNoisyOrInsignificantIsInconclusiveNeverARegression) {
+TEST(Compare, EvidenceWidensTheFloorTooFewSamplesOrInsignificantIsInconclusive) {
   const Report base = report({result("a", samples(0.1, 0.02, 20))});
-  // Two samples each, 50% slower: no test can decide on two samples.
-  const Comparison few = compare_reports(report({result("a", {0.1, 0.1})}), report({result("a", {0.2, 0.2})}));
+  // Three samples each, 50% slower: the exact U test cannot go below p = 0.1.
+  const Comparison few =
+      compare_reports(report({result("a", {0.1, 0.101, 0.102})}), report({result("a", {0.2, 0.201, 0.202})}));
   EXPECT_TRUE(few.cases[0].inconclusive);
   EXPECT_EQ(few.exit_status(), kCompareInconclusive);
-  EXPECT_NE(few.cases[0].why.find("too few samples"), std::string::npos);
-  // The new run was noisy: its 30% drop may be the machine.
-  const Comparison noisy = compare_reports(base, report({result("a", samples(0.13, 0.02, 20, 5), "ok", "noisy")}));
-  EXPECT_EQ(noisy.exit_status(), kCompareInconclusive);
-  EXPECT_NE(noisy.cases[0].why.find("the new run was noisy: 2 runnable"), std::string::npos) << noisy.cases[0].why;
+  EXPECT_NE(few.cases[0].why.find("too few samples (3 and 3: the smallest p they can give is 0.1"), std::string::npos)
+      << few.cases[0].why;
+  // Four each, twice as slow, no overlap: exact p = 2/70 = 0.029 < 0.05 decides.
+  const Comparison four = compare_reports(report({result("a", {0.1, 0.101, 0.102, 0.103})}),
+                                          report({result("a", {0.2, 0.202, 0.204, 0.206})}));
+  EXPECT_EQ(four.exit_status(), 1) << comparison_table(four);
+  EXPECT_NEAR(four.cases[0].p_value, 2.0 / 70, 1e-12);
+  EXPECT_NE(four.cases[0].why.find("Mann-Whitney exact p = 0.0286"), std::string::npos) << four.cases[0].why;
+  // The new run was measured on a busy machine: its 13% drop is within the busy floor (20%) ...
+  const Comparison noisy = compare_reports(base, report({result("a", samples(0.115, 0.02, 20, 5), "ok", "noisy")}));
+  EXPECT_EQ(noisy.exit_status(), kCompareInconclusive) << comparison_table(noisy);
+  EXPECT_NE(noisy.cases[0].why.find("within the floor 20.0%: the new run was measured on a busy machine"),
+            std::string::npos)
+      << noisy.cases[0].why;
+  // ... a 2x drop on the same busy machine is a regression: busy widens the floor, it vetoes nothing.
+  const Comparison busy_double =
+      compare_reports(base, report({result("a", samples(0.2, 0.02, 20, 5), "ok", "noisy")}));
+  EXPECT_EQ(busy_double.exit_status(), 1) << comparison_table(busy_double);
+  EXPECT_NE(busy_double.cases[0].why.find("beyond the floor 20.0%"), std::string::npos) << busy_double.cases[0].why;
   // Noisier than its scenario's own stopping target (measure.max_noise 3%) on a quiet machine, but
   // within the gate's --max-noise: the samples decide, and a 30% drop is a regression.
   RunResult quiet_but_wide = result("a", samples(0.13, 0.02, 20, 5));
@@ -116,12 +133,12 @@ TEST(Compare, TooFewSamplesOrNoisyOrInsignificantIsInconclusiveNeverARegression)
   // Overlapping wide distributions, a 10% drop of the median: not significant at 5 samples.
   const Report wide_base = report({result("a", {0.08, 0.09, 0.1, 0.11, 0.12})});
   const Report wide_new = report({result("a", {0.085, 0.1, 0.11, 0.115, 0.125})});
-  const Comparison insig = compare_reports(wide_base, wide_new, CompareOptions{0.05, 0.05, 5, 1.0});
+  const Comparison insig = compare_reports(wide_base, wide_new, CompareOptions{0.05, 0.05, 2, 1.0});
   EXPECT_EQ(insig.exit_status(), kCompareInconclusive) << comparison_table(insig);
   EXPECT_NE(insig.cases[0].why.find("not significant"), std::string::npos) << insig.cases[0].why;
   // A regression elsewhere wins over an inconclusive case.
   const Report two = report({result("a", samples(0.1, 0.02, 20)), result("b", samples(0.1, 0.02, 20, 6))});
-  const Report worse = report({result("a", samples(0.13, 0.02, 20, 7), "ok", "noisy"), result("b", samples(0.2, 0.02, 20, 8))});
+  const Report worse = report({result("a", samples(0.115, 0.02, 20, 7), "ok", "noisy"), result("b", samples(0.2, 0.02, 20, 8))});
   EXPECT_EQ(compare_reports(two, worse).exit_status(), 1);
 }
 
@@ -146,6 +163,31 @@ TEST(Compare, ADropWithinThePairsRunToRunNoiseIsInconclusiveAUniformSlowdownIsNo
   const Comparison uniform = compare_reports(report(base), report(slower));
   EXPECT_EQ(uniform.exit_status(), 1);
   for (const auto& d : uniform.cases) EXPECT_TRUE(d.regression) << d.name << ": " << d.why;
+}
+
+TEST(Compare, CpuSecondsAreJudgedWhenAskedAndMissingOnesAreInconclusive) {
+  // Wall time 40% slower (the neighbours), CPU seconds the same (the work): only wall time regresses.
+  RunResult b = result("a", samples(0.1, 0.01, 12));
+  b.measurement.cpu_s = samples(0.15, 0.01, 12, 3);
+  RunResult n = result("a", samples(0.14, 0.01, 12, 4));
+  n.measurement.cpu_s = samples(0.15, 0.01, 12, 5);
+  CompareOptions cpu;
+  cpu.metric = "cpu_s";
+  EXPECT_EQ(compare_reports(report({b}), report({n})).exit_status(), 1);
+  const Comparison same_work = compare_reports(report({b}), report({n}), cpu);
+  EXPECT_EQ(same_work.exit_status(), 0) << comparison_table(same_work);
+  // 30% more CPU seconds: a regression on cpu_s, and named so.
+  n.measurement.cpu_s = samples(0.15 * 1.3, 0.01, 12, 6);
+  const Comparison more_work = compare_reports(report({b}), report({n}), cpu);
+  EXPECT_EQ(more_work.exit_status(), 1) << comparison_table(more_work);
+  EXPECT_NE(more_work.cases[0].why.find("CPU work rate fell"), std::string::npos) << more_work.cases[0].why;
+  EXPECT_NE(comparison_table(more_work).find("base cpu ms"), std::string::npos);
+  // A side without CPU samples (CUDA, older reports): inconclusive when wall time fell.
+  n.measurement.cpu_s.clear();
+  const Comparison none = compare_reports(report({b}), report({n}), cpu);
+  EXPECT_EQ(none.exit_status(), 0) << "no cpu samples: no drop to judge on cpu_s";
+  cpu.metric = "nope";
+  EXPECT_THROW((void)compare_reports(report({b}), report({n}), cpu), std::invalid_argument);
 }
 
 TEST(Compare, StatusTransitionsAndMissingCases) {
@@ -208,7 +250,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   p.single_rank_q = 0.005;
   p.cp_q = 0.004;
   r.results[0].errors.push_back(p);
-  r.results[0].ranks.push_back({1, 0.5, 2e9, 1e6, 0.1, 0.2, 0.7, 3e9, 0.05, {{"cpu_flash", 4}, {"skipped", 2}}});
+  r.results[0].ranks.push_back({1, 0.5, 2e9, 1e6, 0.1, 0.2, 0.7, 3e9, 0.05, {{"cpu_flash", 4}, {"skipped", 2}}, 0.42});
   MeasurementRecord& m = r.results[0].measurement;
   m.warmup = 2;
   m.min_iters = 7;
@@ -219,6 +261,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   m.threads_per_rank = 1;
   m.omp_wait_policy = "PASSIVE";
   m.slowdown = 0.25;
+  m.cpu_s = {0.2, 0.21, 0.22};
   m.machine = {2, 0.5, 1.5, 0.25, 2, 12, 2400};
   r.results[0].collectives.push_back({"all_gather", 65536, 4, 1e-4, 6.5e8, 3.2e8, 0.5});
   r.results[0].peak = {5e10, "probe: CPU Float GEMM, 1 thread(s)", 8e9, "probe: host memory copy"};
@@ -226,6 +269,8 @@ TEST(ReportJson, RoundTripsEveryField) {
   EXPECT_EQ(to_json(back).dump(), to_json(r).dump());
   EXPECT_TRUE(back.partial);
   EXPECT_EQ(back.schema_version, 4);
+  EXPECT_DOUBLE_EQ(back.results[0].ranks[0].cpu_s, 0.42);
+  EXPECT_EQ(back.results[0].measurement.cpu_s.size(), 3u);
   EXPECT_THROW((void)report_from_json(nlohmann::json{{"schema", "other"}}), std::runtime_error);
   // An older report (schema 3: no samples) still reads, and compares as inconclusive, not as a regression.
   nlohmann::json old = to_json(r);
@@ -238,7 +283,8 @@ TEST(ReportJson, RoundTripsEveryField) {
 }
 
 // The CLI, as a user runs it: the committed baseline against itself passes (exit 0), its samples
-// doubled fail (exit 1), a noisy copy is inconclusive (exit 4), a missing file is bad input (exit 2).
+// doubled fail (exit 1), on a busy machine too; 10% slower on a busy machine is inconclusive (exit 4); a
+// missing file or an unknown --metric is bad input (exit 2).
 TEST(CompareCli, DoctoredBaselineSamples) {
   const std::string base_file = std::string(CPBENCH_SOURCE_DIR) + "/reports/baselines/perf_ci.json";
   nlohmann::json base = read_json_file(base_file);
@@ -263,6 +309,12 @@ TEST(CompareCli, DoctoredBaselineSamples) {
     r["measurement"]["machine"]["others_runnable_mean"] = 2.0;
   }
   const std::string noisy_path = write("noisy", noisy);
+  nlohmann::json busy_tenth = base;
+  for (auto& r : busy_tenth["results"]) {
+    r["measurement"]["machine"]["others_runnable_mean"] = 2.0;
+    for (auto& s : r["measurement"]["step_s"]) s = s.get<double>() * 1.1;
+  }
+  const std::string busy_tenth_path = write("busy-tenth", busy_tenth);
   nlohmann::json fewer = base;
   fewer["results"].erase(fewer["results"].begin());
   const std::string fewer_path = write("fewer", fewer);
@@ -272,9 +324,11 @@ TEST(CompareCli, DoctoredBaselineSamples) {
   };
   EXPECT_EQ(run(quiet + " " + quiet), 0);
   EXPECT_EQ(run(quiet + " " + doubled_path), 1);
-  EXPECT_EQ(run(quiet + " " + noisy_path), kCompareInconclusive);
+  EXPECT_EQ(run(quiet + " " + noisy_path), 1) << "twice as slow is a regression on a busy machine too";
+  EXPECT_EQ(run(quiet + " " + busy_tenth_path), kCompareInconclusive);
+  EXPECT_EQ(run(quiet + " " + quiet + " --metric nope"), 2);
   EXPECT_EQ(run(quiet + " " + fewer_path), 1);
   EXPECT_EQ(run(quiet + " /nonexistent.json"), 2);
   EXPECT_EQ(run(quiet), 2) << "one report without --ab is bad input";
-  for (const auto& p : {quiet, doubled_path, noisy_path, fewer_path}) std::remove(p.c_str());
+  for (const auto& p : {quiet, doubled_path, noisy_path, busy_tenth_path, fewer_path}) std::remove(p.c_str());
 }

@@ -60,6 +60,18 @@ TEST(Measurement, NoisyStepsRunUntilTheTimeIsUpAndAreMarkedNoisy) {
   EXPECT_EQ(measure_steps(spec, [&](int64_t) { return (n++ % 2) ? 0.15 : 0.05; }, kAlone, {}).stopped_by, "max_iters");
 }
 
+TEST(Measurement, ATimedMeasurementKeepsEnoughSamplesToBeGated) {
+  // Steps longer than the whole time budget: still kMinSamplesForGate samples, so two such runs can be
+  // judged (5 against 5: exact Mann-Whitney p down to 0.008).
+  MeasureSpec spec;
+  spec.iters = 1;
+  spec.max_time_s = 0.5;
+  EXPECT_EQ(measure_steps(spec, [](int64_t) { return 0.7; }, kAlone, {}).step_s.size(),
+            static_cast<size_t>(kMinSamplesForGate));
+  spec.max_time_s = 0;  // a correctness sweep: exactly iters
+  EXPECT_EQ(measure_steps(spec, [](int64_t) { return 0.7; }, kAlone, {}).step_s.size(), 1u);
+}
+
 TEST(Measurement, SamplesAreTheGroupsAndTheSlowHookLengthensEachStep) {
   MeasureSpec spec;
   spec.iters = 5;

@@ -1,0 +1,223 @@
+#include "reports/history_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "reports/compare.hpp"
+#include "reports/statistics.hpp"
+#include "reports/text_format.hpp"
+
+namespace cpbench {
+namespace {
+
+std::string short_commit(const std::string& c) { return c.size() > 10 ? c.substr(0, 10) : c; }
+
+// The changes of `points` at the given change points: segment medians, direction, rate drop.
+std::vector<SeriesChange> describe(const std::vector<SeriesPoint>& points, const std::vector<ChangePoint>& cps,
+                                   bool higher) {
+  std::vector<SeriesChange> out;
+  for (size_t k = 0; k < cps.size(); ++k) {
+    const auto from = static_cast<size_t>(k == 0 ? 0 : cps[k - 1].index);
+    const auto at = static_cast<size_t>(cps[k].index);
+    const auto to = k + 1 < cps.size() ? static_cast<size_t>(cps[k + 1].index) : points.size();
+    std::vector<double> before, after;
+    for (size_t i = from; i < at; ++i) before.push_back(points[i].value);
+    for (size_t i = at; i < to; ++i) after.push_back(points[i].value);
+    SeriesChange c;
+    c.index = cps[k].index;
+    c.first_run_id = points[at].run_id;
+    c.last_commit_before = points[at - 1].commit;
+    c.first_commit_after = points[at].commit;
+    c.before = stats::median(before);
+    c.after = stats::median(after);
+    c.change = c.before > 0 ? c.after / c.before - 1 : 0;
+    c.rate_drop = higher ? -c.change : (c.after > 0 ? 1 - c.before / c.after : 0);
+    c.slowdown = c.rate_drop > 0;
+    c.p_value = cps[k].p_value;
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool higher_is_better(const std::string& metric, const std::string& unit) {
+  if (unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "/s") == 0) return true;
+  return metric.find("mfu") != std::string::npos || metric.find("efficiency") != std::string::npos ||
+         metric.rfind("busbw_vs_nominal", 0) == 0;
+}
+
+int HistoryCheck::exit_status() const {
+  if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
+  return std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; })
+             ? kCompareInconclusive
+             : 0;
+}
+
+HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryCheckOptions& o,
+                           const std::string& store) {
+  HistoryCheck h;
+  h.options = o;
+  h.store = store;
+  h.runs = static_cast<int64_t>(runs.size());
+  std::set<std::string> metrics;
+  std::map<std::string, std::string> units;
+  std::set<std::string> names;
+  for (const auto& run : runs)
+    for (const auto& c : run.cases) {
+      names.insert(c.name);
+      for (const auto& [name, m] : c.metrics) {
+        metrics.insert(name);
+        units[name] = m.unit;
+      }
+    }
+  if (runs.empty()) throw std::invalid_argument(store + ": the history holds no run yet");
+  if (!metrics.count(o.metric)) {
+    std::string known;
+    for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m;
+    throw std::invalid_argument("--metric " + o.metric + ": no stored run has it (known: " + known + ")");
+  }
+  std::regex re;
+  try {
+    re = std::regex(o.filter.empty() ? ".*" : o.filter, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument("--filter '" + o.filter + "': not a regular expression: " + e.what());
+  }
+  const bool higher = higher_is_better(o.metric, units[o.metric]);
+  for (const auto& name : names) {
+    if (!std::regex_search(name, re)) continue;
+    CaseHistory ch;
+    ch.name = name;
+    ch.metric = o.metric;
+    ch.unit = units[o.metric];
+    ch.higher_is_better = higher;
+    for (const auto& run : runs)
+      for (const auto& c : run.cases) {
+        if (c.name != name || c.status != "ok") continue;
+        const auto it = c.metrics.find(o.metric);
+        if (it == c.metrics.end() || !(it->second.value > 0)) continue;
+        const double noise = stats::median_noise(o.metric == "cpu_s" ? c.cpu_s : c.step_s);
+        ch.points.push_back({run.id, run.commit, run.started_at, run.label, it->second.value,
+                             it->second.value * (1 - noise), it->second.value * (1 + noise), c.busy});
+      }
+    ch.too_short = static_cast<int64_t>(ch.points.size()) < 2 * o.change.min_segment;
+    if (!ch.too_short) {
+      std::vector<double> logs;
+      for (const auto& p : ch.points) logs.push_back(std::log(p.value));
+      std::vector<ChangePoint> cps = e_divisive(logs, o.change);
+      // Drop the weakest change below min_effect until every one left is at least that large.
+      for (;;) {
+        const auto changes = describe(ch.points, cps, higher);
+        size_t weakest = changes.size();
+        for (size_t k = 0; k < changes.size(); ++k)
+          if (std::abs(changes[k].change) < o.min_effect &&
+              (weakest == changes.size() || std::abs(changes[k].change) < std::abs(changes[weakest].change)))
+            weakest = k;
+        if (weakest == changes.size()) {
+          ch.changes = changes;
+          break;
+        }
+        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(weakest));
+      }
+      if (!ch.changes.empty()) {
+        SeriesChange& newest = ch.changes.back();
+        newest.regression = newest.slowdown && newest.rate_drop > o.threshold;
+        ch.regression = newest.regression;
+      }
+    }
+    h.cases.push_back(std::move(ch));
+  }
+  if (h.cases.empty()) throw std::invalid_argument("--filter '" + o.filter + "': no stored case matches");
+  return h;
+}
+
+std::string history_check_text(const HistoryCheck& h) {
+  std::ostringstream os;
+  int regressions = 0, short_series = 0;
+  for (const auto& c : h.cases) {
+    os << c.name << " (" << c.points.size() << " runs): ";
+    if (c.too_short) {
+      ++short_series;
+      os << "too short to judge (needs " << 2 * h.options.change.min_segment << " runs)\n";
+      continue;
+    }
+    if (c.changes.empty()) os << "no change point";
+    for (size_t k = 0; k < c.changes.size(); ++k) {
+      const SeriesChange& x = c.changes[k];
+      os << (k ? "; " : "") << "change at run " << x.first_run_id << " (commits " << short_commit(x.last_commit_before)
+         << ".." << short_commit(x.first_commit_after) << "): " << h.options.metric << " " << num(x.before, 4) << " -> "
+         << num(x.after, 4) << " " << c.unit << " (" << percent(x.change, true) << ", p = " << num(x.p_value, 2) << ", "
+         << (x.slowdown ? "slower" : "faster") << ")";
+    }
+    if (c.regression) {
+      ++regressions;
+      const SeriesChange& x = c.changes.back();
+      os << "  REGRESSION: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id << " (commit "
+         << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
+    }
+    os << "\n";
+  }
+  os << h.cases.size() << " cases over " << h.runs << " runs of " << h.store << ", " << regressions << " regression"
+     << (regressions == 1 ? "" : "s") << ", " << short_series << " too short (metric " << h.options.metric
+     << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
+     << h.options.change.permutations << " permutations, min segment " << h.options.change.min_segment
+     << ", min effect " << percent(h.options.min_effect, false) << ", threshold " << percent(h.options.threshold, false)
+     << ")\n";
+  return os.str();
+}
+
+nlohmann::json history_json(const HistoryCheck& h) {
+  using nlohmann::json;
+  json cases = json::array();
+  for (const auto& c : h.cases) {
+    json points = json::array(), changes = json::array();
+    for (const auto& p : c.points)
+      points.push_back({{"run_id", p.run_id},
+                        {"commit", p.commit},
+                        {"started_at", p.started_at},
+                        {"label", p.label},
+                        {"value", p.value},
+                        {"lo", p.lo},
+                        {"hi", p.hi},
+                        {"busy", p.busy}});
+    for (const auto& x : c.changes)
+      changes.push_back({{"index", x.index},
+                         {"first_run_id", x.first_run_id},
+                         {"last_commit_before", x.last_commit_before},
+                         {"first_commit_after", x.first_commit_after},
+                         {"before", x.before},
+                         {"after", x.after},
+                         {"change", x.change},
+                         {"rate_drop", x.rate_drop},
+                         {"p_value", x.p_value},
+                         {"slowdown", x.slowdown},
+                         {"regression", x.regression}});
+    cases.push_back({{"name", c.name},
+                     {"metric", c.metric},
+                     {"unit", c.unit},
+                     {"higher_is_better", c.higher_is_better},
+                     {"too_short", c.too_short},
+                     {"regression", c.regression},
+                     {"points", points},
+                     {"changes", changes}});
+  }
+  return {{"schema", "cpbench-history-check"},
+          {"store", h.store},
+          {"runs", h.runs},
+          {"metric", h.options.metric},
+          {"threshold", h.options.threshold},
+          {"min_effect", h.options.min_effect},
+          {"alpha", h.options.change.alpha},
+          {"permutations", h.options.change.permutations},
+          {"min_segment", h.options.change.min_segment},
+          {"exit_status", h.exit_status()},
+          {"cases", cases}};
+}
+
+}  // namespace cpbench

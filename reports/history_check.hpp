@@ -1,0 +1,87 @@
+#pragma once
+// `cpbench history check` and the data `history show` draws: per case and metric, the series of stored
+// runs in the order they were added, its change points (reports/change_points.hpp, on the logarithm of
+// the metric, so a step is relative) and the verdict on the newest one.
+//
+//   series       one point per run that has the case ok with the metric > 0: the metric's value and its
+//                noise band value x (1 -/+ n), n = stats::median_noise of the run's samples (cpu_s samples
+//                for cpu_s, step samples otherwise)
+//   change       for each change point, the medians of the segment before and after it (to the next
+//                change point); change = after / before - 1. Change points with |change| < min_effect
+//                are dropped (weakest first, segments merged, medians recomputed).
+//   slowdown     a change the wrong way for the metric: down for rates (unit ending in "/s", mfu,
+//                efficiencies), up for everything else (seconds, bytes)
+//   regression   the newest change point of a case is a slowdown whose drop in rate (1 - before/after
+//                for times) is beyond `threshold`
+//   too short    fewer than 2 x min_segment points: the series cannot be judged
+// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short,
+// else 0.
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "reports/change_points.hpp"
+#include "reports/history_store.hpp"
+
+namespace cpbench {
+
+struct HistoryCheckOptions {
+  std::string metric = "tokens_per_s";
+  std::string filter;         // ECMAScript regex searched in case names ("" = every case)
+  double threshold = 0.05;    // the drop in rate the newest change point must exceed to fail
+  double min_effect = 0.05;   // change points smaller than this are not reported
+  ChangePointOptions change;  // min_segment, alpha, permutations, seed
+};
+
+struct SeriesPoint {
+  int64_t run_id = 0;
+  std::string commit, started_at, label;
+  double value = 0, lo = 0, hi = 0;  // the metric and its noise band
+  bool busy = false;
+};
+
+struct SeriesChange {
+  int64_t index = 0;         // the first point after the change
+  int64_t first_run_id = 0;  // its run
+  std::string last_commit_before, first_commit_after;
+  double before = 0, after = 0;  // segment medians
+  double change = 0;             // after / before - 1
+  double rate_drop = 0;          // the drop in rate (> 0: slower), whatever the metric's direction
+  double p_value = 1;
+  bool slowdown = false, regression = false;
+};
+
+struct CaseHistory {
+  std::string name, metric, unit;
+  bool higher_is_better = true;
+  std::vector<SeriesPoint> points;
+  std::vector<SeriesChange> changes;
+  bool too_short = false;
+  bool regression = false;
+};
+
+struct HistoryCheck {
+  HistoryCheckOptions options;
+  std::string store;  // where the runs came from
+  int64_t runs = 0;
+  std::vector<CaseHistory> cases;  // by name
+  [[nodiscard]] int exit_status() const;
+};
+
+// Whether more of `metric` is better (rates, utilisations) or worse (times, bytes), from its name and unit.
+[[nodiscard]] bool higher_is_better(const std::string& metric, const std::string& unit);
+
+// Builds every selected case's series and judges it. Throws std::invalid_argument when the metric is in
+// no stored run (listing the ones that are), no case matches the filter, or the filter is not a regex.
+[[nodiscard]] HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryCheckOptions& o,
+                                         const std::string& store = "");
+
+[[nodiscard]] std::string history_check_text(const HistoryCheck& h);
+[[nodiscard]] nlohmann::json history_json(const HistoryCheck& h);
+// A self-contained page in the style of report.html: one SVG chart per case (the metric per run in
+// order, each run's noise band, change points marked with their commits), the verdicts, and the data
+// as JSON in <script id='history-data' type='application/json'>.
+[[nodiscard]] std::string history_html(const HistoryCheck& h);
+
+}  // namespace cpbench
