@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "harness/fs_util.hpp"
 #include "reports/history_store.hpp"
 #include "reports/json_report.hpp"
 #include "tests/test_paths.hpp"  // CPBENCH_EXE
@@ -98,7 +98,7 @@ TEST(HistoryCli, NightlyWorkflowAddCheckShow) {
   const nlohmann::json j = nlohmann::json::parse(json.out);
   EXPECT_EQ(j["metric"], "step_s");
   EXPECT_EQ(j["cases"][1]["changes"][0]["first_run_id"], 13);
-  std::filesystem::remove_all(dir);
+  fsu::remove_tree(dir);  // not std::filesystem: libtorch.so exports its own copy (another ABI)
 }
 
 TEST(HistoryCli, TwoAddsAtOnceAndBadInputGetsOneLineAndExit2) {
@@ -137,5 +137,5 @@ TEST(HistoryCli, TwoAddsAtOnceAndBadInputGetsOneLineAndExit2) {
   bad("history check --db " + db + " --metric nope", "--metric nope: no stored run has it");
   bad("history check --db " + db + " --filter '^zz'", "no stored case matches");
   bad("history check --db nosql:x", "unknown history store 'nosql' (known: sqlite)");
-  std::filesystem::remove_all(dir);
+  fsu::remove_tree(dir);  // not std::filesystem: libtorch.so exports its own copy (another ABI)
 }
