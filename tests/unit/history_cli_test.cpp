@@ -108,11 +108,13 @@ TEST(HistoryCli, TwoAddsAtOnceAndBadInputGetsOneLineAndExit2) {
   const std::string r1 = write_report(dir, 1, 1.0, g), r2 = write_report(dir, 2, 1.0, g);
   const std::string db = dir + "/h.db";
   // Two processes, each adding five runs, at once.
+  // (PIDs, not job specs: a non-interactive bash has no job control, and `wait %1` exits 127 there.)
   std::string both = "bash -c '";
+  int n = 0;
   for (const auto& r : {r1, r2})
     both += "(for i in 1 2 3 4 5; do " + std::string(CPBENCH_EXE) + " history add " + r + " --db " + db +
-            " > /dev/null || exit 1; done) & ";
-  both += "wait %1 && wait %2'";
+            " > /dev/null || exit 1; done) & p" + std::to_string(++n) + "=$!; ";
+  both += "wait $p1 && wait $p2'";
   ASSERT_EQ(std::system(both.c_str()), 0);
   const Ran all = run_cli("history show --db " + db + " --format json");
   ASSERT_EQ(all.status, 0) << all.out;
