@@ -462,7 +462,8 @@ void check_mode(const comm::Communicator& c) {
         const at::Tensor dead = dead_rows.view({s.batch, 1, g.P, 1});
         if (!res.out.masked_select(dead).eq(0).all().item<bool>()) fail(label + ": fully masked rows are not 0");
         if (!res.dq.masked_select(dead).eq(0).all().item<bool>()) fail(label + ": dq of fully masked rows is not 0");
-        // Stats: bytes match the formula, visible pairs add up to the global mask's, FLOPs follow.
+        // Stats: bytes match the formula, work pairs add up to the global mask's real-query pairs, FLOPs
+        // follow.
         const int64_t esize = static_cast<int64_t>(c10::elementSize(dtype));
         const int64_t want_bytes =
             t->bytes_per_call(CallShape{W, s.batch, s.q_heads, s.kv_heads, g.P / W, s.head_dim, esize});
@@ -476,7 +477,8 @@ void check_mode(const comm::Communicator& c) {
         at::Tensor flops = at::full({1}, res.stats.flops, at::kDouble);
         c.all_reduce_sum(vis);
         c.all_reduce_sum(flops);
-        const int64_t want_vis = ref.mask.sum().item<int64_t>();
+        // The work rule (sharders/mask.hpp): the visible pairs whose query is a real token.
+        const int64_t want_vis = ref.mask.logical_and(g.meta.valid.unsqueeze(-1)).sum().item<int64_t>();
         if (!inst.head_parallel && vis.item<int64_t>() != want_vis)
           fail(label + ": visible pairs summed over ranks " + std::to_string(vis.item<int64_t>()) + " != " +
                std::to_string(want_vis));
