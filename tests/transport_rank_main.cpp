@@ -9,8 +9,8 @@
 // argv[1] = mode:
 //   "check"   (default) all_gather_autograd forward and backward; then every situation x dtype x
 //             transport must match the reference; also checks
-//             stats (bytes sent == bytes_per_call, visible pairs summed over ranks == the global
-//             mask's, FLOPs), no NaN anywhere, exact zeros on fully masked query rows, and that the
+//             stats (bytes sent == bytes_per_call, work pairs summed over ranks == the global
+//             mask's pairs of real queries, FLOPs), no NaN anywhere, exact zeros on fully masked query rows, and that the
 //             two transports give bitwise the same output.
 //   "planted" negative controls (W >= 2): wrong metadata or mask fed to the transports must be
 //             caught by the same comparison; exits 0 only if every planted bug was detected.
