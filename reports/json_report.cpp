@@ -60,6 +60,7 @@ json to_json(const RunResult& r) {
                         {"noise", m.noise},
                         {"stopped_by", m.stopped_by},
                         {"threads_per_rank", m.threads_per_rank},
+                        {"rank_cpus", m.rank_cpus},
                         {"omp_wait_policy", m.omp_wait_policy},
                         {"verdict", m.verdict},
                         {"verdict_reason", m.verdict_reason},
@@ -171,6 +172,7 @@ RunResult run_result_from_json(const json& j) {
     x.noise = m.value("noise", 0.0);
     x.stopped_by = m.value("stopped_by", "");
     x.threads_per_rank = m.value("threads_per_rank", int64_t{0});
+    x.rank_cpus = m.value("rank_cpus", "");
     x.omp_wait_policy = m.value("omp_wait_policy", "");
     x.verdict = m.value("verdict", "");
     x.verdict_reason = m.value("verdict_reason", "");

@@ -86,13 +86,14 @@ std::string markdown_performance(const Report& rep) {
        << num(m.noise * 100, 2) << "% | " << verdict_text(m) << " |\n";
   }
   os << "\n## Communication measured alone (nccl-tests style: busbw = algbw x bus factor)\n\n"
-        "| case | collectives (busbw, share of the link's nominal) | link nominal (source) | threads/rank | "
+        "| case | collectives (busbw, share of the link's nominal) | link nominal (source) | threads/rank (rank 0's cores) | "
         "OMP wait | load 1m before/after | other runnable (mean/max) |\n|---|---|---|---:|---|---|---|\n";
   for (const auto& r : rep.results) {
     if (!r.metric("step_s")) continue;
     const MachineState& ms = r.measurement.machine;
     os << "| " << r.name << " | " << busbw_text(r) << " | " << num(r.peak.link_bandwidth / 1e9, 3) << " GB/s ("
-       << r.peak.link_source << ") | " << r.measurement.threads_per_rank << " | " << r.measurement.omp_wait_policy
+       << r.peak.link_source << ") | " << r.measurement.threads_per_rank
+       << (r.measurement.rank_cpus.empty() ? std::string() : " (CPU " + r.measurement.rank_cpus + ")") << " | " << r.measurement.omp_wait_policy
        << " | " << num(ms.load1_before, 3) << " / " << num(ms.load1_after, 3) << " | " << num(ms.others_runnable_mean, 2)
        << " / " << ms.others_runnable_max << " |\n";
   }

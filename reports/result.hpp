@@ -94,6 +94,7 @@ struct MeasurementRecord {
   double noise = 0;            // at the stop: half-width of the median's 95% interval / median
   std::string stopped_by;      // noise | max_time | max_iters
   int64_t threads_per_rank = 0;       // intra-op threads of each rank
+  std::string rank_cpus;              // the cores rank 0's timed steps were bound to ("0", "2-3"); "" = unbound
   std::string omp_wait_policy;        // OMP_WAIT_POLICY in force (passive: no spinning)
   MachineState machine;
   std::string verdict;         // quiet | noisy (machine busy, or the median's noise above max_noise)

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/launcher/core_binding.hpp"
 #include "sharders/core/check.hpp"
 
 extern char** environ;
@@ -165,6 +166,7 @@ LaunchResult launch(const LaunchOptions& o) {
   const pid_t launcher = ::getpid();
   std::vector<bool> done(o.world_size, false);
   int running = 0;
+  const std::vector<int> cpus = affinity_cpus();
   for (int r = 0; r < o.world_size; ++r) {
     result.ranks[r].rank = r;
     if (g_stop.load()) {
@@ -179,6 +181,12 @@ LaunchResult launch(const LaunchOptions& o) {
       auto eq = kv.find('=');
       if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
+    // Each rank's share of the launcher's cores for its timed steps (core_binding.hpp); never one
+    // inherited from a parent rank.
+    if (const std::vector<int> share = rank_core_share(cpus, r, o.world_size); !share.empty())
+      env["CPBENCH_RANK_CPUS"] = cpu_list_text(share);
+    else
+      env.erase("CPBENCH_RANK_CPUS");
     for (const auto& [k, v] : o.env) env[k] = v;
     env["RANK"] = std::to_string(r);
     env["LOCAL_RANK"] = std::to_string(r);

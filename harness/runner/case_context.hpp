@@ -36,6 +36,9 @@ struct RankRuntime {
   int slowref_rank = -1;
   double slowref_s = 0;
   bool slow_spins = false;  // CPBENCH_FAULT=work: the lengthening is CPU work, not a sleep
+  // The cores this rank's timed steps run on (CPBENCH_RANK_CPUS from cpbench's own launcher; empty:
+  // unbound, as under torchrun or SLURM). See harness/launcher/core_binding.hpp.
+  std::vector<int> timed_cpus;
 };
 
 struct CaseContext {

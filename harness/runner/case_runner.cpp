@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "harness/launcher/core_binding.hpp"
 #include "harness/runner/case_metrics.hpp"
 #include "harness/runner/comm_bench.hpp"
 #include "harness/runner/device_peaks.hpp"
@@ -211,7 +212,14 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   MeasureHooks hooks;
   hooks.slowdown = !rt.slow_spins && c.index == rt.slow_case && rt.rank == rt.slow_rank ? rt.slow_fraction : 0.0;
   hooks.monitor = rt.rank == 0;
-  MeasurementRecord m = measure_steps(s.measure, step, group_max, hooks);
+  MeasurementRecord m;
+  {
+    // Each rank on its own share of the cores while it is timed (why: core_binding.hpp); the
+    // references and checks before ran on every core.
+    const ThreadBinding bound(rt.timed_cpus);
+    m = measure_steps(s.measure, step, group_max, hooks);
+  }
+  m.rank_cpus = cpu_list_text(rt.timed_cpus);
   if (!x.cuda) {
     // Per step, the CP group's CPU seconds: every rank's, summed (one all-gather, outside the steps).
     const at::Tensor mine = at::tensor(samples.cpu, at::kDouble);

@@ -55,8 +55,13 @@ struct DevicePeak {
                                     double gpu_memory_bytes = 0);
 
 // FLOP/s of a square GEMM in `dtype` on this process's CPU with its current intra-op thread count: the
-// best of a few runs (a practical peak, measured once per process and dtype, then cached). `again`:
-// measure anew and keep the larger (a probe that ran while the machine was busy reads low).
+// best of a few runs, each timed as the smaller of its wall time and this process's CPU seconds over
+// the thread count, so that neighbours taking the cores do not lower it (a reading taken on a busy
+// machine by the wall clock alone read what was left of a core, and failed correct runs as impossible
+// rates). One reading of an n x n x n product, uncached.
+[[nodiscard]] double cpu_gemm_reading(at::ScalarType dtype, int64_t n = 512);
+// cpu_gemm_reading, once per process and dtype, then cached (a practical peak). `again`: read anew and
+// keep the larger.
 [[nodiscard]] double cpu_gemm_probe(at::ScalarType dtype, bool again = false);
 // B/s of a large host copy (bytes copied / time), best of a few; once per process, then cached.
 [[nodiscard]] double cpu_copy_probe(bool again = false);

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "harness/launcher/core_binding.hpp"
 #include "harness/fs_util.hpp"
 #include "harness/launcher/launcher.hpp"
 #include "harness/runner/device_memory.hpp"
@@ -120,6 +121,13 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.local_rank = env.local_rank;
   rt.local_world_size = env.local_world_size;
   rt.store = comm::connect_store(ro);
+  if (const char* cpus = std::getenv("CPBENCH_RANK_CPUS"); cpus && *cpus) {
+    try {
+      rt.timed_cpus = parse_cpu_list(cpus);
+    } catch (const std::invalid_argument& e) {
+      CP_CHECK_USAGE(false, "CPBENCH_RANK_CPUS (rank ", env.rank, "): ", e.what());
+    }
+  }
   const char* fault_env = std::getenv("CPBENCH_FAULT");
   const FaultSpec fault = parse_fault(fault_env ? fault_env : "");
   if (fault.kind == "slow" || fault.kind == "work") {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "harness/fs_util.hpp"
+#include "harness/launcher/core_binding.hpp"
 #include "harness/runner/scenario.hpp"
 #include "reports/json_report.hpp"
 #include "spawn_cpbench.hpp"
@@ -55,6 +56,8 @@ TEST(MeasurementRun, ReportCarriesSamplesMachineStateRatesAndCollectives) {
     EXPECT_EQ(m.step_s.size(), 6u) << "iters is the minimum, max_time_s 0 stops there";
     EXPECT_EQ(m.threads_per_rank, std::max<int64_t>(1, static_cast<int64_t>(sysconf(_SC_NPROCESSORS_ONLN)) / 2));
     EXPECT_EQ(m.omp_wait_policy, "PASSIVE");
+    EXPECT_EQ(m.rank_cpus, cpu_list_text(rank_core_share(affinity_cpus(), 0, 2)))
+        << "cpbench spawned the ranks: rank 0 is timed on its share of the cores";
     EXPECT_GE(m.machine.samples, 7);
     EXPECT_TRUE(m.verdict == "quiet" || m.verdict == "noisy");
     EXPECT_DOUBLE_EQ(m.slowdown, c.index == 1 ? 0.5 : 0.0);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -105,17 +106,17 @@ TEST(Compare, EvidenceWidensTheFloorTooFewSamplesOrInsignificantIsInconclusive) 
   EXPECT_EQ(four.exit_status(), 1) << comparison_table(four);
   EXPECT_NEAR(four.cases[0].p_value, 2.0 / 70, 1e-12);
   EXPECT_NE(four.cases[0].why.find("Mann-Whitney exact p = 0.0286"), std::string::npos) << four.cases[0].why;
-  // The new run was measured on a busy machine: its 13% drop is within the busy floor (20%) ...
+  // The new run was measured on a busy machine: its 13% drop is within the busy floor (30%) ...
   const Comparison noisy = compare_reports(base, report({result("a", samples(0.115, 0.02, 20, 5), "ok", "noisy")}));
   EXPECT_EQ(noisy.exit_status(), kCompareInconclusive) << comparison_table(noisy);
-  EXPECT_NE(noisy.cases[0].why.find("within the floor 20.0%: the new run was measured on a busy machine"),
+  EXPECT_NE(noisy.cases[0].why.find("within the floor 30.0%: the new run was measured on a busy machine"),
             std::string::npos)
       << noisy.cases[0].why;
   // ... a 2x drop on the same busy machine is a regression: busy widens the floor, it vetoes nothing.
   const Comparison busy_double =
       compare_reports(base, report({result("a", samples(0.2, 0.02, 20, 5), "ok", "noisy")}));
   EXPECT_EQ(busy_double.exit_status(), 1) << comparison_table(busy_double);
-  EXPECT_NE(busy_double.cases[0].why.find("beyond the floor 20.0%"), std::string::npos) << busy_double.cases[0].why;
+  EXPECT_NE(busy_double.cases[0].why.find("beyond the floor 30.0%"), std::string::npos) << busy_double.cases[0].why;
   // Noisier than its scenario's own stopping target (measure.max_noise 3%) on a quiet machine, but
   // within the gate's --max-noise: the samples decide, and a 30% drop is a regression.
   RunResult quiet_but_wide = result("a", samples(0.13, 0.02, 20, 5));
@@ -140,6 +141,26 @@ TEST(Compare, EvidenceWidensTheFloorTooFewSamplesOrInsignificantIsInconclusive) 
   const Report two = report({result("a", samples(0.1, 0.02, 20)), result("b", samples(0.1, 0.02, 20, 6))});
   const Report worse = report({result("a", samples(0.115, 0.02, 20, 7), "ok", "noisy"), result("b", samples(0.2, 0.02, 20, 8))});
   EXPECT_EQ(compare_reports(two, worse).exit_status(), 1);
+}
+
+TEST(Compare, NoisyMediansWidenTheFloorByTheirDifferencesIntervalNotTheirSum) {
+  // Five samples each whose medians' noise is 30% (range / (2 x median)); the new run 1.82x slower
+  // (a 45% drop), one pair of samples overlapping: exact p = 4/252 = 0.016. The difference of the two
+  // medians has a 95% half-width of sqrt(0.3^2 + 0.3^2) = 42.4%: a 45% drop is beyond it. Summing the
+  // noises (60%, the two intervals kept apart) called a doubled report on a busy machine inconclusive.
+  const std::vector<double> a = {0.07, 0.09, 0.1, 0.11, 0.13};
+  std::vector<double> b;
+  for (double x : a) b.push_back(1.82 * x);
+  const Comparison c = compare_reports(report({result("a", a)}), report({result("a", b)}));
+  ASSERT_EQ(c.cases.size(), 1u);
+  EXPECT_NEAR(c.cases[0].floor, std::hypot(0.3, 0.3), 1e-9) << c.cases[0].why;
+  EXPECT_EQ(c.exit_status(), 1) << comparison_table(c);
+  // 1.6x slower (a 37.5% drop) is within 42.4%: inconclusive, and the message says what the floor is.
+  std::vector<double> b16;
+  for (double x : a) b16.push_back(1.6 * x);
+  const Comparison near = compare_reports(report({result("a", a)}), report({result("a", b16)}));
+  EXPECT_EQ(near.exit_status(), kCompareInconclusive) << comparison_table(near);
+  EXPECT_NE(near.cases[0].why.find("the difference's 95% half-width 42.4%"), std::string::npos) << near.cases[0].why;
 }
 
 TEST(Compare, ADropWithinThePairsRunToRunNoiseIsInconclusiveAUniformSlowdownIsNot) {
@@ -259,6 +280,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   m.noise = 0.03;
   m.stopped_by = "noise";
   m.threads_per_rank = 1;
+  m.rank_cpus = "1";
   m.omp_wait_policy = "PASSIVE";
   m.slowdown = 0.25;
   m.cpu_s = {0.2, 0.21, 0.22};
@@ -271,6 +293,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   EXPECT_EQ(back.schema_version, 4);
   EXPECT_DOUBLE_EQ(back.results[0].ranks[0].cpu_s, 0.42);
   EXPECT_EQ(back.results[0].measurement.cpu_s.size(), 3u);
+  EXPECT_EQ(back.results[0].measurement.rank_cpus, "1");
   EXPECT_THROW((void)report_from_json(nlohmann::json{{"schema", "other"}}), std::runtime_error);
   // An older report (schema 3: no samples) still reads, and compares as inconclusive, not as a regression.
   nlohmann::json old = to_json(r);
