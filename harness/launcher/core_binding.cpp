@@ -98,6 +98,7 @@ std::vector<pid_t> process_threads() {
 
 ThreadBinding::ThreadBinding(std::vector<int> cpus) : cpus_(std::move(cpus)) {
   if (cpus_.empty()) return;
+  const auto self = static_cast<pid_t>(::syscall(SYS_gettid));
   cpu_set_t set;
   CPU_ZERO(&set);
   for (const int c : cpus_) CPU_SET(c, &set);
@@ -109,6 +110,7 @@ ThreadBinding::ThreadBinding(std::vector<int> cpus) : cpus_(std::move(cpus)) {
     if (::sched_getaffinity(tid, sizeof old, &old) != 0) continue;
     if (::sched_setaffinity(tid, sizeof set, &set) != 0) continue;
     saved_.emplace_back(tid, old);
+    if (tid == self) bound_ = true;
   }
 }
 

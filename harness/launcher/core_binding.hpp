@@ -47,9 +47,13 @@ class ThreadBinding {
   ThreadBinding(const ThreadBinding&) = delete;
   ThreadBinding& operator=(const ThreadBinding&) = delete;
   [[nodiscard]] const std::vector<int>& cpus() const { return cpus_; }
+  // Whether the calling thread is bound (false for an empty share, or a share outside this process's
+  // allowed CPUs, e.g. a cgroup cpuset: sched_setaffinity refused it and nothing changed).
+  [[nodiscard]] bool bound() const { return bound_; }
 
  private:
   std::vector<int> cpus_;
+  bool bound_ = false;
   std::vector<std::pair<pid_t, cpu_set_t>> saved_;
 };
 

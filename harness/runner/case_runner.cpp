@@ -218,8 +218,8 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     // references and checks before ran on every core.
     const ThreadBinding bound(rt.timed_cpus);
     m = measure_steps(s.measure, step, group_max, hooks);
+    if (bound.bound()) m.rank_cpus = cpu_list_text(bound.cpus());
   }
-  m.rank_cpus = cpu_list_text(rt.timed_cpus);
   if (!x.cuda) {
     // Per step, the CP group's CPU seconds: every rank's, summed (one all-gather, outside the steps).
     const at::Tensor mine = at::tensor(samples.cpu, at::kDouble);

@@ -81,6 +81,7 @@ TEST(CoreBinding, BindsEveryThreadOfTheProcessAndGivesTheMasksBack) {
   {
     const ThreadBinding bound(share);
     EXPECT_EQ(bound.cpus(), share);
+    EXPECT_TRUE(bound.bound());
     EXPECT_EQ(cpus_of(0), share) << "the calling thread";
     EXPECT_EQ(cpus_of(other), share) << "another thread of the process (a communication or intra-op thread)";
   }
@@ -89,6 +90,14 @@ TEST(CoreBinding, BindsEveryThreadOfTheProcessAndGivesTheMasksBack) {
   {
     const ThreadBinding none(std::vector<int>{});
     EXPECT_EQ(cpus_of(0), mask) << "an empty share binds nothing";
+    EXPECT_FALSE(none.bound());
+  }
+  {
+    // A CPU outside this process's mask (a cgroup cpuset, a launcher's binding): the kernel refuses it,
+    // nothing changes, and the binding says so (the report then records no cores).
+    const ThreadBinding outside(std::vector<int>{CPU_SETSIZE - 1});
+    EXPECT_FALSE(outside.bound());
+    EXPECT_EQ(cpus_of(0), mask);
   }
   stop = true;
   t.join();
