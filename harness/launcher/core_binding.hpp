@@ -1,11 +1,12 @@
 #pragma once
 // Which cores a rank's timed steps run on, when cpbench spawned its ranks itself.
 //
-// Why: two ranks that exchange messages every step, on a machine where something else also runs, are
-// kept on one core by the scheduler's wake-affine placement (the waker pulls the wakee to its own
-// core) and alternate there while the other core runs the neighbour. Measured on the 2-core VM beside
-// a build: rounds of one case landed in two regimes, 20-30 ms a step with the ranks' CPU seconds above
-// the wall (two cores) or 45-70 ms with them equal to it (one core), drawn afresh in every process.
+// Why: two ranks that exchange messages every step, on a machine where something else also runs, can
+// end up on one core, taking turns there, while the other core runs the neighbour (most likely the
+// scheduler's wake-affine placement: the waker pulls the wakee to its own core; inferred, not traced).
+// Measured on the 2-core VM beside a build: rounds of one case landed in two regimes, 20-30 ms a step
+// with the ranks' CPU seconds above the wall (two cores) or 45-70 ms with them equal to it (one core),
+// drawn afresh in every process.
 // One core share per rank makes every round run the way a deployment runs (each rank its own cores).
 //
 // The launcher gives rank r of n the r-th of n equal contiguous shares of its own affinity mask
@@ -16,7 +17,6 @@
 #include <sched.h>
 #include <sys/types.h>
 
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
