@@ -54,7 +54,7 @@ struct RankStats {
   // Schema 4 (0 in older reports):
   double step_s = 0;                    // median per step: this rank's whole timed training step
   double attention_flops_computed = 0;  // per step (forward): whole tiles and bands the kernels computed
-  double ssm_s = 0;                     // median per step: the Mamba layers' SSM sections, fwd + bwd
+  double ssm_s = 0;                     // median per step: the recurrent mixers' sections, fwd + bwd
   // Added within schema 4 (absent: empty): forward (query, key) blocks per step per kernel route
   // (kernels/attention/fused_attention.hpp: skipped, tiled, cpu_flash, cuda_flash, cuda_flash_window,
   // cuda_flash_varlen, cuda_efficient), every layer's call counted; routes with no block left out.

@@ -1,11 +1,11 @@
 #include "harness/cli/plan_command.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 
 #include "harness/fs_util.hpp"
-#include "harness/model/gdn_cp_costs.hpp"
-#include "harness/model/ssm_cp_costs.hpp"
+#include "kernels/mixers/mixer.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
 #include "sharders/core/check.hpp"
@@ -49,16 +49,16 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--transports", o.transports,
                  transports + " (default: all; hybrid is planned for every Ulysses degree 1 < U < W dividing W)")
       ->delimiter(',');
-  std::string strategies;
-  for (const auto& t : known_ssm_cp_strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
-  cmd.add_option("--ssm-cp", o.ssm_cp, "SSM CP strategies to plan for models with SSM layers: " + strategies +
-                                           " (default: both)")
-      ->delimiter(',');
-  std::string gdn_strategies;
-  for (const auto& t : known_gdn_cp_strategies()) gdn_strategies += (gdn_strategies.empty() ? "" : ", ") + t;
-  cmd.add_option("--gdn-cp", o.gdn_cp, "GDN CP strategies to plan for models with Gated DeltaNet layers: " +
-                                           gdn_strategies + " (default: both)")
-      ->delimiter(',');
+  for (const auto& m : mixers()) {  // one flag per mixer strategy axis (--ssm-cp for ssm_cp)
+    if (m->strategy_axis().empty()) continue;
+    std::string flag = "--" + m->strategy_axis(), strategies;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    for (const auto& t : m->strategies()) strategies += (strategies.empty() ? "" : ", ") + t;
+    cmd.add_option(flag, o.mixer_cp[m->strategy_axis()],
+                   m->label() + " CP strategies to plan for models with " + m->description() + " layers: " +
+                       strategies + (m->strategies().size() == 2 ? " (default: both)" : " (default: all)"))
+        ->delimiter(',');
+  }
   cmd.add_option("--ssm-flops", o.ssm_flops, "achieved FLOP/s of the chunked SSM scan per GPU, overrides the cluster");
   cmd.add_option("--kernel", o.kernel,
                  "fitted (the cluster's kernel model, block by block; default), pairs (time ~ visible pairs, no "
@@ -108,8 +108,7 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
            : m.sliding_window > 0 && m.sliding_layers == m.attention_layers()
                ? "sliding_window:" + std::to_string(m.sliding_window)
                : "causal";
-  r.ssm_strategies = o.ssm_cp;
-  r.gdn_strategies = o.gdn_cp;
+  r.mixer_strategies = o.mixer_cp;
   r.dtype = o.dtype;
   r.kernel = plan::parse_kernel(o.kernel);
   r.pass = plan::parse_pass(o.pass);

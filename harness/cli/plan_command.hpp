@@ -2,6 +2,7 @@
 // `cpbench plan`: command-line glue for the planner (harness/planner/plan.hpp). main.cpp adds the subcommand
 // with add_plan_options and dispatches to run_plan_command; everything else is in the library.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,8 @@ struct PlanCommandOptions {
   int64_t gpus_per_node = 0;
   std::vector<std::string> sharders;    // empty = planner default
   std::vector<std::string> transports;  // empty = every registered transport
-  std::vector<std::string> ssm_cp;      // SSM CP strategies; empty = every one
-  std::vector<std::string> gdn_cp;      // Gated DeltaNet CP strategies; empty = every one
+  // Each mixer's CP strategies by its axis (--ssm-cp fills "ssm_cp"); empty = every one.
+  std::map<std::string, std::vector<std::string>> mixer_cp;
   double ssm_flops = 0;                 // overrides the cluster's
   std::string kernel = "fitted";
   std::string pass = "train";  // train (forward + backward) | forward

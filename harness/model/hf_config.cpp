@@ -261,7 +261,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
       m.ssm.state = f.integer("ssm_state_size");
       m.ssm.groups = f.integer("n_groups");
       m.ssm.conv = f.integer("conv_kernel");
-      m.ssm_chunk = f.integer_or("chunk_size", 0);
+      if (const int64_t chunk = f.integer_or("chunk_size", 0); chunk > 0) m.ssm.chunk = chunk;
     }
   } else if (t == "jamba") {
     const int64_t period = f.integer("attn_layer_period"), offset = f.integer("attn_layer_offset", 0);
@@ -301,7 +301,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
     m.ssm.state = f.integer("state_size");
     m.ssm.groups = f.integer("n_groups");
     m.ssm.conv = f.integer("conv_kernel");
-    m.ssm_chunk = f.integer_or("chunk_size", 0);
+    if (const int64_t chunk = f.integer_or("chunk_size", 0); chunk > 0) m.ssm.chunk = chunk;
   }
   if (m.ssm_layers() > 0 && m.ssm.heads % m.ssm.groups != 0)
     f.fail("n_groups", std::to_string(m.ssm.groups) + " does not divide the " + std::to_string(m.ssm.heads) +

@@ -42,12 +42,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/model/gdn.hpp"
-#include "harness/model/mamba.hpp"
+#include "kernels/mixers/mixer_configs.hpp"
 
 namespace cpbench {
 
-struct HfModel {
+struct HfModel : MixerConfigs {
   std::string name;        // the preset name or the file's stem ("nemotron-h-8b")
   std::string file;        // the file as given, for messages ("" when built in code)
   std::string model_type;  // llama | mistral | qwen2 | qwen3 | nemotron_h | jamba | mamba2
@@ -63,12 +62,9 @@ struct HfModel {
   double rope_theta = 10000;
   int64_t sliding_window = 0;  // tokens; 0 = none
   std::vector<bool> sliding;   // per mixer layer: an attention layer that uses sliding_window
-  // SSM layers ('M'); ssm_chunk = the file's chunk_size (0 = not given).
-  SsmConfig ssm;
-  int64_t ssm_chunk = 0;
+  // The other mixers' sizes are the MixerConfigs members: ssm ('M'; its chunk the file's chunk_size when
+  // given) and gdn ('G'; chunk stays the layer's default: config.json does not give one).
   std::string ssm_kind;  // "mamba2" | "mamba1" (Jamba) | "" (no SSM layer)
-  // Gated DeltaNet layers ('G'); chunk stays the layer's default (config.json does not give one).
-  GdnConfig gdn;
   double partial_rotary_factor = 1.0;  // the fraction of head_dim RoPE rotates (Qwen3-Next: 0.25)
 
   [[nodiscard]] int64_t attention_layers() const;

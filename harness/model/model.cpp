@@ -1,10 +1,9 @@
 #include "harness/model/model.hpp"
 
-#include "harness/model/section_clock.hpp"
-
 #include <cmath>
 
 #include "sharders/batch.hpp"
+#include "kernels/mixers/norm.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -21,17 +20,23 @@ void ModelConfig::validate() const {
   if (!mixers.empty()) {
     CP_CHECK_USAGE(static_cast<int64_t>(mixers.size()) == layers, "model.mixers: \"", mixers, "\" has ",
                    mixers.size(), " letters, model.layers is ", layers, " (one letter per layer)");
-    CP_CHECK_USAGE(mixers.find_first_not_of("AMG") == std::string::npos, "model.mixers: \"", mixers,
-                   "\": expected one letter per layer, A (attention), M (Mamba) or G (Gated DeltaNet)");
+    for (char letter : mixers) (void)mixer_for(letter, "model.mixers: \"" + mixers + "\"");
   }
-  if (has_ssm()) ssm.validate();
-  if (has_gdn()) gdn.validate();
+  for (const Mixer* m : mixers_in(mixers)) m->validate(*this);
   if (!mrope_sections.empty()) {
     int64_t sum = 0;
     for (auto s : mrope_sections) sum += s;
     CP_CHECK_USAGE(sum == head_dim() / 2, "model.mrope_sections sum to ", sum, ", expected head_dim/2 = ",
                    head_dim() / 2);
   }
+}
+
+bool ModelConfig::has(const Mixer& m) const { return count_layers(mixers, layers, m.letter()) > 0; }
+
+bool ModelConfig::has_recurrent() const {
+  for (const Mixer* m : mixers_in(mixers))
+    if (m->recurrent()) return true;
+  return false;
 }
 
 ModelConfig ModelConfig::preset_named(const std::string& name) {
@@ -70,12 +75,6 @@ at::Tensor init_param(std::vector<int64_t> shape, double stddev, uint64_t seed, 
   return t.to(device, dtype);
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
-  at::Tensor xf = x.dtype() == at::kBFloat16 ? x.to(at::kFloat) : x;
-  at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6);
-  return y.to(x.scalar_type()) * w;
-}
-
 // cos/sin [B, 1, S, D/2] from position_ids [B, S] or mRoPE [C, B, S] (+ sections).
 std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& position_ids, const ModelConfig& c,
                                               at::ScalarType dtype) {
@@ -102,12 +101,6 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& position_ids, co
   return {angles.cos().unsqueeze(1).to(dtype), angles.sin().unsqueeze(1).to(dtype)};
 }
 
-// Rotate-half RoPE on x [B, H, S, D].
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
-}
 }  // namespace
 
 TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarType dtype, const at::Device& device)
@@ -122,60 +115,29 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype).device(device)); };
   for (int64_t l = 0; l < c.layers; ++l) {
     Layer L;
-    L.mixer = c.mixer(l);
     // torch::nn parameter names may not contain dots.
     const std::string p = "layer" + std::to_string(l) + "_";
-    if (L.mixer == 'A') {
-      L.attn_norm = register_parameter(p + "attn_norm", ones(c.hidden));
-      L.wq = register_parameter(p + "wq", init_param({c.heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-      L.wk = register_parameter(p + "wk", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-      L.wv = register_parameter(p + "wv", init_param({c.kv_heads * D, c.hidden}, s_in, c.seed, idx++, dtype, device));
-      L.wo = register_parameter(p + "wo", init_param({c.hidden, c.heads * D}, s_in, c.seed, idx++, dtype, device));
-    } else if (L.mixer == 'G') {
-      const GdnConfig& m = c.gdn;
-      const auto vec = [&](int64_t n, double mean, double stddev) {
-        return (init_param({n}, stddev, c.seed, idx++, at::kDouble, device) + mean).to(dtype);
-      };
-      L.gdn_norm = register_parameter(p + "gdn_norm", ones(c.hidden));
-      L.gdn_in_proj = register_parameter(
-          p + "gdn_in_proj", init_param({m.in_proj_width(), c.hidden}, s_in, c.seed, idx++, dtype, device));
-      L.gdn.conv_w = register_parameter(
-          p + "gdn_conv_w", init_param({m.conv_channels(), m.conv}, 1.0 / std::sqrt(static_cast<double>(m.conv)),
-                                       c.seed, idx++, dtype, device));
-      // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
-      L.gdn.dt_bias = register_parameter(p + "gdn_dt_bias", vec(m.value_heads, -3.0, 0.5));
-      L.gdn.A_log = register_parameter(p + "gdn_A_log", vec(m.value_heads, 0.0, 0.5));
-      L.gdn.norm_w = register_parameter(p + "gdn_norm_w", vec(m.value_head_dim, 1.0, 0.1));
-      L.gdn_out_proj = register_parameter(
-          p + "gdn_out_proj", init_param({c.hidden, m.value_dim()}, 1.0 / std::sqrt(static_cast<double>(m.value_dim())),
-                                         c.seed, idx++, dtype, device));
-    } else {
-      const SsmConfig& m = c.ssm;
-      const auto vec = [&](double mean, double stddev) {
-        return (init_param({m.heads}, stddev, c.seed, idx++, at::kDouble, device) + mean).to(dtype);
-      };
-      L.ssm_norm = register_parameter(p + "ssm_norm", ones(c.hidden));
-      L.in_proj = register_parameter(p + "in_proj", init_param({m.in_proj_width(), c.hidden}, s_in, c.seed, idx++,
-                                                               dtype, device));
-      L.ssm.conv_w = register_parameter(
-          p + "conv_w", init_param({m.conv_channels(), m.conv}, 1.0 / std::sqrt(static_cast<double>(m.conv)), c.seed,
-                                   idx++, dtype, device));
-      L.ssm.conv_b = register_parameter(p + "conv_b", init_param({m.conv_channels()}, 0.1, c.seed, idx++, dtype, device));
-      // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
-      L.ssm.dt_bias = register_parameter(p + "dt_bias", vec(-3.0, 0.5));
-      L.ssm.A_log = register_parameter(p + "A_log", vec(0.0, 0.5));
-      L.ssm.D = register_parameter(p + "D", vec(1.0, 0.1));
-      L.out_proj = register_parameter(
-          p + "out_proj", init_param({c.hidden, m.d_inner()}, 1.0 / std::sqrt(static_cast<double>(m.d_inner())),
-                                     c.seed, idx++, dtype, device));
-    }
+    LayerInit init;
+    init.hidden = c.hidden;
+    init.heads = c.heads;
+    init.kv_heads = c.kv_heads;
+    init.head_dim = D;
+    init.normal = [&](const std::string& name, std::vector<int64_t> shape, double stddev) {
+      return register_parameter(p + name, init_param(std::move(shape), stddev, c.seed, idx++, dtype, device));
+    };
+    init.around = [&](const std::string& name, int64_t n, double mean, double stddev) {
+      return register_parameter(p + name,
+                                (init_param({n}, stddev, c.seed, idx++, at::kDouble, device) + mean).to(dtype));
+    };
+    init.ones = [&](const std::string& name, int64_t n) { return register_parameter(p + name, ones(n)); };
+    L.mixer = mixer_for(c.mixer(l)).make_layer(c, init);
     L.mlp_norm = register_parameter(p + "mlp_norm", ones(c.hidden));
     L.w_gate = register_parameter(p + "w_gate", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
     L.w_up = register_parameter(p + "w_up", init_param({c.ffn, c.hidden}, s_in, c.seed, idx++, dtype, device));
     L.w_down = register_parameter(p + "w_down",
                                   init_param({c.hidden, c.ffn}, 1.0 / std::sqrt(static_cast<double>(c.ffn)), c.seed,
                                              idx++, dtype, device));
-    layers_.push_back(L);
+    layers_.push_back(std::move(L));
   }
   final_norm_ = register_parameter("final_norm", ones(c.hidden));
   lm_head_ = register_parameter("lm_head", init_param({c.vocab, c.hidden}, s_in, c.seed, idx++, dtype, device));
@@ -183,43 +145,21 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
 
 ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
                                          const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
-                                         const AttentionFn& attention, const SsmStepContext* ssm,
-                                         const GdnStepContext* gdn) {
+                                         const AttentionFn& attention, const MixerContexts& contexts) {
   const auto& c = config_;
   at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
   if (!x.requires_grad()) x.requires_grad_(true);
   x.retain_grad();
   ModelOutput out;
   out.x0 = x;
-  const int64_t B = x.size(0), S = x.size(1), D = c.head_dim();
   auto [cos, sin] = rope_tables(position_ids, c, x.scalar_type());
-  const AttentionFn& attend = sdpa_hook ? sdpa_hook : attention;
-  CP_CHECK(static_cast<bool>(attend), "model: no attention function at the SDPA hook point");
+  LayerStep step;
+  step.attention = sdpa_hook ? &sdpa_hook : &attention;
+  step.rope_cos = cos;
+  step.rope_sin = sin;
+  step.contexts = &contexts;
   for (const auto& L : layers_) {
-    if (L.mixer == 'M') {
-      CP_CHECK(ssm != nullptr, "model: layer with mixer M (Mamba) but no SSM context was passed to forward");
-      const at::Tensor proj = at::linear(rms_norm(x, L.ssm_norm), L.in_proj);
-      const at::Tensor z = proj.narrow(-1, 0, c.ssm.d_inner());
-      const at::Tensor y = ssm->clock ? ssm->clock->leave(mamba_ssm_forward(ssm->clock->enter(proj), L.ssm, c.ssm, *ssm))
-                                      : mamba_ssm_forward(proj, L.ssm, c.ssm, *ssm);
-      x = x + at::linear(y * at::silu(z), L.out_proj);
-    } else if (L.mixer == 'G') {
-      CP_CHECK(gdn != nullptr, "model: layer with mixer G (Gated DeltaNet) but no GDN context was passed to forward");
-      const at::Tensor proj = at::linear(rms_norm(x, L.gdn_norm), L.gdn_in_proj);
-      const at::Tensor z = proj.narrow(-1, c.gdn.conv_channels(), c.gdn.value_dim());
-      const at::Tensor o = gdn->clock ? gdn->clock->leave(gdn_forward(gdn->clock->enter(proj), L.gdn, c.gdn, *gdn))
-                                      : gdn_forward(proj, L.gdn, c.gdn, *gdn);
-      x = x + at::linear(gdn_gated_norm(o, z, L.gdn.norm_w, c.gdn), L.gdn_out_proj);
-    } else {
-      at::Tensor h = rms_norm(x, L.attn_norm);
-      at::Tensor q = at::linear(h, L.wq).view({B, S, c.heads, D}).transpose(1, 2);
-      at::Tensor k = at::linear(h, L.wk).view({B, S, c.kv_heads, D}).transpose(1, 2);
-      at::Tensor v = at::linear(h, L.wv).view({B, S, c.kv_heads, D}).transpose(1, 2).contiguous();
-      q = apply_rope(q, cos, sin).contiguous();
-      k = apply_rope(k, cos, sin).contiguous();
-      at::Tensor a = attend(q, k, v);
-      x = x + at::linear(a.transpose(1, 2).reshape({B, S, c.heads * D}), L.wo);
-    }
+    x = x + L.mixer->forward(x, step);
     at::Tensor m = rms_norm(x, L.mlp_norm);
     x = x + at::linear(at::silu(at::linear(m, L.w_gate)) * at::linear(m, L.w_up), L.w_down);
   }

@@ -2,10 +2,9 @@
 // The test model: a small decoder-only transformer whose attention goes through a hook point.
 //
 // token embedding (or inputs_embeds) -> L x [RMSNorm -> mixer -> residual -> RMSNorm -> SwiGLU MLP ->
-// residual] -> RMSNorm -> LM head. The mixer of layer l is `mixers[l]`: A = GQA attention with RoPE
-// (mRoPE when position_ids is [C, B, S]), M = the Mamba-2 style SSM of harness/model/mamba.hpp
-// (a Nemotron-H-like hybrid when both appear), G = the Gated DeltaNet layer of harness/model/gdn.hpp
-// (a Qwen3-Next-like hybrid with A).
+// residual] -> RMSNorm -> LM head. The mixer of layer l is the registered mixer of letter `mixers[l]`
+// (kernels/mixers/mixer.hpp, known_mixer_letters(); a Nemotron-H- or Qwen3-Next-like hybrid when they
+// mix); its sizes are the config's MixerConfigs member.
 // Shapes: input_ids [B, S] int64 or inputs_embeds [B, S, hidden]; logits [B, S, vocab].
 // Parameters are a pure function of (config, seed): every rank builds identical ones.
 #include <torch/torch.h>
@@ -15,12 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/model/gdn.hpp"
-#include "harness/model/mamba.hpp"
+#include "kernels/mixers/mixer.hpp"
 
 namespace cpbench {
 
-struct ModelConfig {
+struct ModelConfig : MixerConfigs {
   std::string preset = "tiny";
   int64_t layers = 2;
   int64_t hidden = 64;
@@ -31,26 +29,21 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::vector<int64_t> mrope_sections;  // sums to head_dim/2 when mRoPE position_ids are used
   uint64_t seed = 1234;
-  // One letter per layer: 'A' attention, 'M' Mamba (SSM), 'G' Gated DeltaNet; empty = every layer attention.
+  // One mixer letter per layer (known_mixer_letters()); empty = every layer the default mixer (attention).
   std::string mixers;
-  SsmConfig ssm;  // sizes of the 'M' layers
-  GdnConfig gdn;  // sizes of the 'G' layers
   [[nodiscard]] int64_t head_dim() const { return hidden / heads; }
   [[nodiscard]] char mixer(int64_t layer) const {
-    return mixers.empty() ? 'A' : mixers[static_cast<size_t>(layer)];
+    return mixers.empty() ? kDefaultMixer : mixers[static_cast<size_t>(layer)];
   }
-  [[nodiscard]] bool has_ssm() const { return mixers.find('M') != std::string::npos; }
-  [[nodiscard]] bool has_gdn() const { return mixers.find('G') != std::string::npos; }
-  // Mamba or Gated DeltaNet layers: recurrences whose float32 error the precision rule judges.
-  [[nodiscard]] bool has_recurrent() const { return has_ssm() || has_gdn(); }
+  // The registered mixer has layers in this model.
+  [[nodiscard]] bool has(const Mixer& mixer) const;
+  // Layers whose float32 result the precision rule judges (Mixer::recurrent).
+  [[nodiscard]] bool has_recurrent() const;
   // Throws UsageError naming the field for impossible shapes.
   void validate() const;
   // "tiny" (CI), "tiny-hybrid" (tiny with mixers MAM), "tiny-gdn" (tiny with mixers GAG) and "small"; throws UsageError listing the presets on an unknown name.
   static ModelConfig preset_named(const std::string& name);
 };
-
-// Attention at the hook point: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D].
-using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
 
 struct ModelOutput {
   at::Tensor logits;  // [B, S, vocab]
@@ -62,12 +55,12 @@ class TinyTransformerImpl : public torch::nn::Module {
   TinyTransformerImpl(const ModelConfig& config, at::ScalarType dtype, const at::Device& device);
 
   // `attention` is called once per attention layer; when the SDPA hook holds an override (see
-  // SdpaHookGuard), the override is called instead. `ssm`: how the Mamba layers run this step (one
-  // rank, hidden-parallel or state-passing CP); required when the model has any. `gdn`: the same for
-  // the Gated DeltaNet layers (one rank, head-parallel or state-passing CP).
+  // SdpaHookGuard), the override is called instead. `contexts`: how every other mixer's layers run this
+  // step (one rank or CP, by letter; Mixer::single_rank_context / cp_context), required for each mixer
+  // the model has that takes one.
   ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
                       const at::Tensor& position_ids, const AttentionFn& attention,
-                      const SsmStepContext* ssm = nullptr, const GdnStepContext* gdn = nullptr);
+                      const MixerContexts& contexts = {});
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // The SDPA hook point: empty = call the attention passed to forward().
@@ -77,12 +70,7 @@ class TinyTransformerImpl : public torch::nn::Module {
   ModelConfig config_;
   torch::nn::Embedding embed_{nullptr};
   struct Layer {
-    char mixer = 'A';
-    at::Tensor attn_norm, wq, wk, wv, wo;                               // 'A'
-    at::Tensor ssm_norm, in_proj, out_proj;                             // 'M'
-    SsmParams ssm;                                                      // 'M'
-    at::Tensor gdn_norm, gdn_in_proj, gdn_out_proj;                     // 'G'
-    GdnParams gdn;                                                      // 'G'
+    std::unique_ptr<MixerLayer> mixer;  // the registered mixer's layer (its parameters registered here)
     at::Tensor mlp_norm, w_gate, w_up, w_down;
   };
   std::vector<Layer> layers_;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "harness/model/ssm_cp_costs.hpp"
+#include "kernels/mixers/linear/scan_plan.hpp"  // max_runs_per_rank
 #include "sharders/core/check.hpp"
 
 namespace cpbench::plan {

@@ -1,11 +1,13 @@
 #include "harness/planner/output.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <iomanip>
 #include <sstream>
 #include <vector>
 
 #include "harness/planner/format.hpp"
+#include "harness/planner/mixer_cost.hpp"
 
 namespace cpbench::plan {
 
@@ -17,15 +19,17 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["model"] = {{"name", m.name},
                 {"layers", m.layers},
                 {"attention_layers", m.attention_layers()},
-                {"ssm_layers", m.ssm_layers()},
                 {"hidden", m.hidden},
                 {"heads", m.heads},
                 {"kv_heads", m.kv_heads},
                 {"head_dim", m.head_dim}};
+  for (const auto& mixer : mixers())
+    if (!mixer->layers_json_key().empty()) j["model"][mixer->layers_json_key()] = m.layers_of(mixer->letter());
   if (!m.mixers.empty()) j["model"]["mixers"] = m.mixers;
-  if (m.ssm_layers() > 0)
-    j["model"]["ssm"] = {{"heads", m.ssm.heads}, {"head_dim", m.ssm.head_dim}, {"state", m.ssm.state},
-                         {"groups", m.ssm.groups}, {"conv", m.ssm.conv},       {"chunk", m.ssm_chunk}};
+  if (const Mixer* mixer = planned_mixer(m); mixer && !mixer->config_key().empty()) {
+    ModelShape sizes = m;
+    for (const auto& f : mixer->config_fields(sizes)) j["model"][mixer->config_key()][f.name] = *f.value;
+  }
   if (m.sliding_window > 0)
     j["model"]["sliding_window"] = {{"tokens", m.sliding_window}, {"layers", m.sliding_layers}};
   if (!m.source.empty()) j["model"]["source"] = m.source;
@@ -111,26 +115,20 @@ std::string plan_to_table(const Plan& plan) {
   const auto& r = plan.request;
   std::ostringstream os;
   const ModelShape& m = r.model;
-  const bool gdn = m.gdn_layers() > 0;
-  const bool ssm = m.ssm_layers() > 0 || gdn;  // the linear-mixer columns (Mamba or GDN)
-  const std::string mixer = gdn ? "gdn" : "ssm";
+  const Mixer* linear = planned_mixer(m);
+  const bool ssm = linear != nullptr;  // the other mixer's columns
+  std::string mixer = ssm ? linear->label() : "";
+  std::transform(mixer.begin(), mixer.end(), mixer.begin(), [](unsigned char ch) { return std::tolower(ch); });
   os << "model " << m.name << ": ";
-  if (gdn)
-    os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.gdn_layers()
-       << " Gated DeltaNet), ";
-  else if (ssm)
-    os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.ssm_layers() << " SSM), ";
+  if (ssm)
+    os << m.layers << " mixer layers (" << m.attention_layers() << " attention, " << m.layers_of(linear->letter())
+       << " " << linear->plan_layers_name() << "), ";
   else
     os << m.layers << " layers, ";
   if (m.attention_layers() > 0)
     os << m.heads << " heads / " << m.kv_heads << " kv heads x " << m.head_dim << ", ";
   os << "hidden " << m.hidden;
-  if (gdn)
-    os << "; GDN " << m.gdn.key_heads << " key / " << m.gdn.value_heads << " value heads x " << m.gdn.key_head_dim
-       << " / " << m.gdn.value_head_dim << ", conv " << m.gdn.conv << ", chunk " << m.gdn.chunk;
-  else if (ssm)
-    os << "; SSM " << m.ssm.heads << " heads x " << m.ssm.head_dim << ", state " << m.ssm.state << ", "
-       << m.ssm.groups << " groups, conv " << m.ssm.conv << ", chunk " << m.ssm_chunk;
+  if (ssm) os << "; " << linear->sizes_text(m);
   if (m.sliding_window > 0) os << "; sliding window " << m.sliding_window << " on " << m.sliding_layers << " layers";
   if (!m.source.empty()) os << " (" << m.source << ")";
   os << "\n";
@@ -142,7 +140,7 @@ std::string plan_to_table(const Plan& plan) {
      << fmt(r.cluster.intra_bandwidth / 1e9) << " GB/s intra-node, " << fmt(r.cluster.inter_bandwidth / 1e9)
      << " GB/s inter-node, " << fmt_time(r.cluster.latency_s) << " latency, " << r.cluster.gpus_per_node
      << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass);
-  if (ssm) os << (gdn ? "; GDN delta rule " : "; SSM scan ") << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
+  if (ssm) os << "; " << linear->label() << " " << linear->recurrence_name() << " " << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
   os << "\n";
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;
@@ -176,7 +174,7 @@ std::string plan_to_table(const Plan& plan) {
   if (!plan.notes.empty()) os << "\n";
   const auto& rec = plan.recommendation;
   os << "\nrecommendation: " << rec.sharder << " + " << rec.transport;
-  if (!rec.ssm_strategy.empty()) os << (gdn ? " + GDN " : " + SSM ") << rec.ssm_strategy;
+  if (!rec.ssm_strategy.empty()) os << " + " << linear->label() << " " << rec.ssm_strategy;
   os << " at cp=" << rec.cp << "\n  " << rec.reason << "\n";
   for (const auto& cr : rec.per_cp) os << "  cp=" << cr.cp << ": " << cr.reason << "\n";
   return os.str();

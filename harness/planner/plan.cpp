@@ -3,8 +3,7 @@
 #include <algorithm>
 
 #include "harness/planner/format.hpp"
-#include "harness/planner/gdn_cost.hpp"
-#include "harness/planner/ssm_cost.hpp"
+#include "harness/planner/mixer_cost.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/mask_area.hpp"
@@ -30,18 +29,9 @@ Resolved validate(PlanRequest& r) {
     CP_CHECK_USAGE(m.heads % m.kv_heads == 0, "model '", m.name, "': --heads ", m.heads,
                    " is not a multiple of --kv-heads ", m.kv_heads);
   }
-  if (m.ssm_layers() > 0) {
+  if (const Mixer* mixer = planned_mixer(m)) {
     CP_CHECK_USAGE(m.hidden >= 1, "model '", m.name, "': --hidden must be >= 1, got ", m.hidden);
-    m.ssm.validate();
-    CP_CHECK_USAGE(m.ssm_chunk >= 1, "model '", m.name, "': the SSM chunk must be >= 1, got ", m.ssm_chunk);
-    CP_CHECK_USAGE(r.cluster.ssm_flops > 0, "cluster '", r.cluster.name, "': --ssm-flops must be > 0, got ",
-                   r.cluster.ssm_flops);
-  }
-  if (m.gdn_layers() > 0) {
-    CP_CHECK_USAGE(m.ssm_layers() == 0, "model '", m.name,
-                   "': a model with both Mamba (M) and Gated DeltaNet (G) layers is not planned");
-    CP_CHECK_USAGE(m.hidden >= 1, "model '", m.name, "': --hidden must be >= 1, got ", m.hidden);
-    m.gdn.validate();
+    mixer->validate(m);
     CP_CHECK_USAGE(r.cluster.ssm_flops > 0, "cluster '", r.cluster.name, "': --ssm-flops must be > 0, got ",
                    r.cluster.ssm_flops);
   }
@@ -84,9 +74,8 @@ Resolved validate(PlanRequest& r) {
   // so whatever the registry knows can be planned, and nothing else.
   if (r.transports.empty()) r.transports = planned_transports();
   for (const auto& t : r.transports) (void)takes_ulysses(t);  // UsageError listing the known ones
-  r.ssm_strategies = m.ssm_layers() > 0   ? planned_ssm_strategies(r.ssm_strategies)
-                     : m.gdn_layers() > 0 ? planned_gdn_strategies(r.gdn_strategies)
-                                          : std::vector<std::string>{};
+  const Mixer* mixer = planned_mixer(m);
+  r.ssm_strategies = mixer ? planned_strategies(*mixer, r) : std::vector<std::string>{};
   return res;
 }
 
@@ -104,7 +93,7 @@ PlanCase ssm_only_case(const LayoutWork& w, const std::string& sharder, int64_t 
   return c;
 }
 
-// `base` (its attention part) with the SSM layers' part added to its step, time and memory.
+// `base` (its attention part) with the other mixer's part added to its step, time and memory.
 PlanCase with_ssm(PlanCase c, const SsmCase& ssm, double memory_bytes) {
   c.ssm = ssm;
   c.predicted_step_s = c.attention_step_s + ssm.step_s;
@@ -133,8 +122,9 @@ Plan make_plan(const PlanRequest& request) {
                                attention_flops(static_cast<double>(row_pairs), m.heads, m.head_dim, AttentionPass::forward);
   const bool attention = m.attention_layers() > 0;
   const double total_time =
-      (attention ? unsharded_time(r, row_pairs) : 0.0) + ssm_unsharded_time(r) + gdn_unsharded_time(r);
-  const bool linear = m.ssm_layers() > 0 || m.gdn_layers() > 0;  // Mamba or GDN layers: a strategy per case
+      (attention ? unsharded_time(r, row_pairs) : 0.0) + mixer_unsharded_time(r);
+  const Mixer* mixer = planned_mixer(m);
+  const bool linear = mixer != nullptr;  // a non-attention mixer: a strategy per case
   auto note = [&](const std::string& n) {
     if (std::find(plan.notes.begin(), plan.notes.end(), n) == plan.notes.end()) plan.notes.push_back(n);
   };
@@ -151,14 +141,12 @@ Plan make_plan(const PlanRequest& request) {
       // The SSM strategies that can run this layout at W, each priced once (the same for every transport).
       std::vector<SsmCase> ssm_cases;
       for (const auto& strategy : r.ssm_strategies) {
-        const std::string why = m.gdn_layers() > 0 ? gdn_unsupported(strategy, m, *layout, W)
-                                                   : ssm_unsupported(strategy, m, *layout, W);
+        const std::string why = mixer->unsupported_reason(m, strategy, *layout, W);
         if (!why.empty()) {
           note("not planned at cp=" + std::to_string(W) + " for " + layout->name() + ": " + why);
           continue;
         }
-        ssm_cases.push_back(m.gdn_layers() > 0 ? gdn_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank)
-                                               : ssm_case(r, res.element_size, strategy, W, w.P, w.runs_per_rank));
+        ssm_cases.push_back(mixer_case(r, *mixer, res.element_size, strategy, W, w.P, w.runs_per_rank));
       }
       if (linear && ssm_cases.empty()) continue;
       for (const auto& transport : transports) {

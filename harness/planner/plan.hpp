@@ -48,7 +48,7 @@
 #include "harness/planner/plan_types.hpp"
 #include "harness/planner/presets.hpp"
 #include "harness/planner/recommendation.hpp"
-#include "harness/planner/ssm_cost.hpp"
+#include "harness/planner/mixer_cost.hpp"
 
 namespace cpbench::plan {
 

@@ -3,6 +3,7 @@
 // structs; harness/planner/plan.hpp computes them). Units: FLOPs, bytes, seconds; all per CP rank and
 // per training step (all layers) unless a name says otherwise.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,17 +25,19 @@ struct PlanRequest {
                                         // degree 1 < U < W that divides W
   Kernel kernel = Kernel::fitted;
   Pass pass = Pass::train;  // what predicted_step_s, ideal_s and efficiency cover
-  // SSM CP strategies to plan for a model with SSM layers (empty = every one, known_ssm_strategies()).
+  // The strategies to plan per mixer strategy axis ("ssm_cp" -> {"state_passing"}; absent or empty =
+  // every one of the mixer's).
+  std::map<std::string, std::vector<std::string>> mixer_strategies;
+  // Resolved by make_plan: the strategies planned for the model's non-attention mixer (empty without
+  // one): the case's linear-mixer slot (PlanCase::ssm) holds any kind.
   std::vector<std::string> ssm_strategies;
-  // GDN CP strategies to plan for a model with Gated DeltaNet layers (empty = every one). make_plan
-  // puts the planned ones in ssm_strategies: the case's linear-mixer slot holds either kind.
-  std::vector<std::string> gdn_strategies;
 };
 
-// The SSM layers' part of a case: all SSM layers of the model, per rank and step (zero for a model
-// without them). Bytes and memory are the strategy's own formulas (harness/model/ssm_cp_costs.hpp).
+// The non-attention mixer's part of a case (the `ssm` slot, for history): all its layers, per rank and
+// step (zero for a model without them). Bytes and memory are the strategy's own formulas
+// (Mixer::layer_cost, kernels/mixers/; harness/planner/mixer_cost.hpp).
 struct SsmCase {
-  std::string mixer = "SSM";     // which layers: "SSM" (Mamba) or "GDN" (Gated DeltaNet, harness/planner/gdn_cost.hpp)
+  std::string mixer = "SSM";     // which layers: the mixer's label (Mixer::label)
   std::string strategy;          // hidden_parallel | state_passing; "" when the model has no SSM layer
   double flops_per_rank = 0;     // forward FLOPs: the chunked scan (ssm_scan_flops) + in/out projections + conv
   int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, or forward with Pass::forward)

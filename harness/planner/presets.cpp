@@ -8,15 +8,8 @@
 
 namespace cpbench::plan {
 
-int64_t ModelShape::attention_layers() const {
-  return mixers.empty() ? layers : static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A'));
-}
-int64_t ModelShape::ssm_layers() const {
-  return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M'));
-}
-int64_t ModelShape::gdn_layers() const {
-  return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'G'));
-}
+int64_t ModelShape::attention_layers() const { return count_layers(mixers, layers, kDefaultMixer); }
+int64_t ModelShape::layers_of(char letter) const { return count_layers(mixers, layers, letter); }
 
 ModelShape model_shape(const HfModel& h) {
   ModelShape m;
@@ -26,15 +19,8 @@ ModelShape model_shape(const HfModel& h) {
   m.heads = h.heads;
   m.kv_heads = h.kv_heads;
   m.head_dim = h.head_dim;
-  if (h.ssm_layers() > 0) {
-    m.mixers = h.mixers;
-    m.ssm = h.ssm;
-    if (h.ssm_chunk > 0) m.ssm_chunk = h.ssm_chunk;
-  }
-  if (h.gdn_layers() > 0) {
-    m.mixers = h.mixers;
-    m.gdn = h.gdn;
-  }
+  static_cast<MixerConfigs&>(m) = h;
+  if (h.mixers.find_first_not_of(kDefaultMixer) != std::string::npos) m.mixers = h.mixers;
   m.sliding_window = h.sliding_window;
   m.sliding_layers = h.sliding_layers();
   m.source = h.file;
@@ -124,9 +110,8 @@ ModelShape model_preset(const std::string& name) {
     m.heads = c.heads;
     m.kv_heads = c.kv_heads;
     m.head_dim = c.head_dim();
-    if (c.has_ssm() || c.has_gdn()) m.mixers = c.mixers;
-    m.ssm = c.ssm;
-    m.gdn = c.gdn;
+    if (c.mixers.find_first_not_of(kDefaultMixer) != std::string::npos) m.mixers = c.mixers;
+    static_cast<MixerConfigs&>(m) = c;
     return m;
   }
   std::vector<std::string> known;

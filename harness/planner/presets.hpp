@@ -6,27 +6,24 @@
 #include <vector>
 
 #include "harness/model/hf_config.hpp"
-#include "harness/model/mamba.hpp"
 #include "harness/planner/kernel_model.hpp"
+#include "kernels/mixers/mixer_configs.hpp"
 
 namespace cpbench::plan {
 
-// The sizes of a model the planner prices: its mixer layers (attention and SSM), the attention
-// dimensions and the SSM layers' sizes. `layers` counts every mixer layer; `mixers` says which is
-// which ('A' attention, 'M' SSM; empty = every layer attention).
-struct ModelShape {
+// The sizes of a model the planner prices: its mixer layers, the attention dimensions and the other
+// mixers' sizes (MixerConfigs). `layers` counts every mixer layer; `mixers` says which is which (one
+// registered mixer letter per layer; empty = every layer attention).
+struct ModelShape : MixerConfigs {
   std::string name = "custom";
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   std::string mixers;
-  SsmConfig ssm;                    // the 'M' layers' sizes
-  int64_t ssm_chunk = kSsmChunk;    // chunk length Q of the chunked scan (the file's chunk_size when given)
-  GdnConfig gdn;                    // the 'G' layers' sizes (chunk: the chunked delta rule's Q)
   int64_t sliding_window = 0;       // tokens; 0 = none (from the config)
   int64_t sliding_layers = 0;       // attention layers that use it
   std::string source;               // the config file it was read from ("" for flags)
   [[nodiscard]] int64_t attention_layers() const;
-  [[nodiscard]] int64_t ssm_layers() const;
-  [[nodiscard]] int64_t gdn_layers() const;
+  // Layers of the mixer of `letter` (count_layers, kernels/mixers/mixer.hpp).
+  [[nodiscard]] int64_t layers_of(char letter) const;
 };
 // The planner's view of a model read from its config.json.
 [[nodiscard]] ModelShape model_shape(const HfModel& model);
@@ -44,8 +41,8 @@ struct Cluster {
   double memory_bytes = 0;  // device memory (0 = unknown, not checked)
   std::string description;
   KernelModel kernel;  // constants of the fitted kernel model (docs/planner.md, "The kernel model")
-  // Achieved FLOP/s of the chunked SSD scan (ssm_scan_flops' count): a prior, a quarter of the attention
-  // rate (the scan's inter-chunk passes are memory-bound; docs/planner.md, "SSM layers").
+  // Achieved FLOP/s of a linear mixer's recurrence (its own FLOP count, Mixer::layer_cost): a prior, a quarter of the attention rate (the inter-chunk passes are memory-bound;
+  // docs/planner.md, "SSM layers").
   double ssm_flops = 0;
 };
 

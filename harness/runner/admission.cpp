@@ -10,8 +10,6 @@
 #include <limits>
 #include <sstream>
 
-#include "harness/model/ssm_cp_costs.hpp"
-#include "harness/planner/gdn_cost.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/transports/transport.hpp"
@@ -42,13 +40,13 @@ std::string key_value(const ScenarioSpec& s, const std::string& key) {
   if (key == "model.layers") return std::to_string(s.model.layers);
   if (key == "model.ffn") return std::to_string(s.model.ffn);
   if (key == "model.heads") return std::to_string(s.model.heads);
-  if (key == "model.ssm.heads") return std::to_string(s.model.ssm.heads);
-  if (key == "model.gdn.value_heads") return std::to_string(s.model.gdn.value_heads);
+  for (const auto& m : mixers()) {  // a mixer's own sizes: model.<config_key>.<field>
+    ModelConfig sizes = s.model;
+    for (const auto& f : m->config_fields(sizes))
+      if (key == "model." + m->config_key() + "." + f.name) return std::to_string(*f.value);
+  }
   return "?";
 }
-
-// The SSM CP strategy a case runs its Mamba layers with.
-SsmCpStrategy case_ssm_strategy(const CaseSpec& c) { return c.ssm_cp; }
 
 // The int64 formulas of the planner and the transports are only asked about sizes whose cruder terms
 // already fit in memory, so their products cannot overflow.
@@ -75,9 +73,8 @@ void add_tensor_terms(const ScenarioSpec& s, const CaseSpec& c, bool reference_r
   const auto& md = s.model;
   const double B = static_cast<double>(s.batch.batch_size), S = static_cast<double>(s.batch.seq_len);
   const double L = static_cast<double>(md.layers), H = static_cast<double>(md.hidden);
-  // Attention terms count the attention layers only; the Mamba layers have their own terms below.
-  const double La = static_cast<double>(
-      md.mixers.empty() ? md.layers : std::count(md.mixers.begin(), md.mixers.end(), 'A'));
+  // Attention terms count the attention layers only; the other mixers have their own terms below.
+  const double La = static_cast<double>(count_layers(md.mixers, md.layers, kDefaultMixer));
   const double Hq = static_cast<double>(md.heads), Hkv = static_cast<double>(md.kv_heads);
   const double D = static_cast<double>(md.head_dim()), F = static_cast<double>(md.ffn);
   const double V = static_cast<double>(md.vocab), W = static_cast<double>(c.cp);
@@ -124,92 +121,26 @@ void add_tensor_terms(const ScenarioSpec& s, const CaseSpec& c, bool reference_r
       L * B * sl * (3 * F + 4 * H) * e);
   add("logits", driver({{"model.vocab", rv}, {"batch.seq_len", rs}, {"batch.batch_size", rb}}),
       3 * B * sl * V * e + 2 * B * S * V * e);
-  if (md.has_ssm()) {
-    // Mamba layers (harness/model/mamba.cpp): weights; what every SSM layer keeps for the backward under
-    // the case's SSM CP strategy (the planner's ssm_activation_bytes: proj, conv output, y, one state per
-    // chunk, and the strategy's own buffers from harness/model/ssm_cp_costs.hpp), and on CPU the chunked
-    // scan's intra-chunk tensors [tokens, Q, heads] (~4 kept: decays, C.B, their product, the mask) over
-    // this rank's token-heads (P/W x H either way); the reference rank the same for one rank over S.
-    const auto& sm = md.ssm;
-    double Lm = 0;
-    for (char ch : md.mixers) Lm += ch == 'M' ? 1 : 0;
-    const double Hs = static_cast<double>(sm.heads), rsh = Hs / 4;
-    add("SSM weights", driver({{"model.hidden", rh}, {"model.layers", rl}}),
-        3 * Lm *
-            (static_cast<double>(sm.in_proj_width()) * H + static_cast<double>(sm.conv_channels() * (sm.conv + 1)) +
-             3 * Hs + H * static_cast<double>(sm.d_inner()) + H) *
-            e);
-    const double Q = static_cast<double>(std::min<int64_t>(kSsmChunk, s.batch.seq_len));
-    const double scan_rank = Lm * B * (sl * W) / W * Hs * Q * 4 * ge;
-    add("SSM scan (chunked, Q per token and head)",
-        driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.ssm.heads", rsh}}),
-        scan_rank + (reference_rank ? Lm * B * S * Hs * Q * 4 * ge : 0.0));
-    const double P = sl * W;
-    const double layer_guess = Lm * B * P * (static_cast<double>(sm.in_proj_width() + sm.conv_channels()) +
-                                             static_cast<double>(sm.heads * sm.head_dim * sm.state)) * ge;
-    const SsmCpStrategy strategy = case_ssm_strategy(c);
-    const bool splits = strategy != SsmCpStrategy::hidden_parallel || sm.cp_unsupported_reason(c.cp).empty();
-    if (layer_guess < kSafeForIntegerFormulas && splits) {
-      plan::ModelShape shape;
-      shape.layers = md.layers;
-      shape.hidden = md.hidden;
-      shape.mixers = md.mixers;
-      shape.ssm = sm;
-      const auto e_i = static_cast<int64_t>(e);
-      // State passing exchanges one summary per chunk a rank owns: at most 2 per document (thd) or row.
-      const auto chunks = static_cast<int64_t>(2 * (docs + 1));
-      const auto P_i = static_cast<int64_t>(P);
-      add("SSM layers (" + std::string(to_string(strategy)) + ")", tokens,
-          B * static_cast<double>(plan::ssm_activation_bytes(shape, strategy, 1, P_i, c.cp, e_i, chunks)) +
-              (reference_rank
-                   ? B * static_cast<double>(plan::ssm_activation_bytes(shape, strategy, 1, s.batch.seq_len, 1, e_i, 1))
-                   : 0.0));
-    } else {
-      add("SSM layers", tokens, layer_guess);
-    }
-  }
-  if (md.has_gdn()) {
-    // Gated DeltaNet layers (harness/model/gdn.cpp): weights; what every GDN layer keeps for the
-    // backward under the case's GDN CP strategy, the planner's gdn_activation_bytes (proj, conv output,
-    // o, the chunked form's intra-chunk matrices [tokens, Q] per value head, one state per chunk, and
-    // the strategy's own buffers from harness/model/gdn_cp_costs.hpp); the reference rank the same for
-    // one rank over S. At most 2 chunks per document (thd) or row.
-    const auto& g = md.gdn;
-    double Lg = 0;
-    for (char ch : md.mixers) Lg += ch == 'G' ? 1 : 0;
-    const double rgh = static_cast<double>(g.value_heads) / 4;
-    add("GDN weights", driver({{"model.hidden", rh}, {"model.layers", rl}}),
-        3 * Lg *
-            (static_cast<double>(g.in_proj_width()) * H + static_cast<double>(g.conv_channels() * g.conv) +
-             2 * static_cast<double>(g.value_heads) + static_cast<double>(g.value_head_dim) +
-             H * static_cast<double>(g.value_dim()) + H) *
-            e);
-    const double Pg = sl * W;
-    const double Q = static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(g.chunk, s.batch.seq_len)));
-    const double layer_guess =
-        Lg * B * Pg *
-        (static_cast<double>(g.in_proj_width() + g.conv_channels()) + static_cast<double>(g.value_heads) * Q +
-         static_cast<double>(g.value_heads * g.key_head_dim * g.value_head_dim)) *
-        ge;
-    const GdnCpStrategy strategy = c.gdn_cp;
-    const bool splits = strategy != GdnCpStrategy::head_parallel || g.cp_unsupported_reason(c.cp).empty();
-    const std::string key = driver({{"batch.seq_len", rs}, {"batch.batch_size", rb}, {"model.gdn.value_heads", rgh}});
-    if (layer_guess < kSafeForIntegerFormulas && splits) {
-      plan::ModelShape shape;
-      shape.layers = md.layers;
-      shape.hidden = md.hidden;
-      shape.mixers = md.mixers;
-      shape.gdn = g;
-      const auto e_i = static_cast<int64_t>(e), P_i = static_cast<int64_t>(Pg);
-      const auto chunks = static_cast<int64_t>(2 * (docs + 1));
-      add("GDN layers (" + std::string(to_string(strategy)) + ")", key,
-          B * static_cast<double>(plan::gdn_activation_bytes(shape, strategy, 1, P_i, c.cp, e_i, chunks)) +
-              (reference_rank ? B * static_cast<double>(plan::gdn_activation_bytes(
-                                        shape, strategy, 1, s.batch.seq_len, 1, e_i, 1))
-                              : 0.0));
-    } else {
-      add("GDN layers", key, layer_guess);
-    }
+  // The other mixers' layers: each mixer's own terms (Mixer::memory_terms: weights, its recurrence's
+  // working set, what its layers keep under the case's strategy, the reference rank's over S).
+  for (const Mixer* mixer : mixers_in(md.mixers)) {
+    MemoryQuery q;
+    q.layers = count_layers(md.mixers, md.layers, mixer->letter());
+    q.hidden = H;
+    q.batch = B;
+    q.seq_len = S;
+    q.local_len = sl;
+    q.cp = W;
+    q.elem_bytes = e;
+    q.accum_bytes = ge;
+    q.docs = static_cast<int64_t>(docs);
+    q.reference_rank = reference_rank;
+    q.strategy = c.mixer_strategy(*mixer);
+    q.seq_ratio = rs;
+    q.batch_ratio = rb;
+    q.hidden_ratio = rh;
+    q.layers_ratio = rl;
+    for (auto& t : mixer->memory_terms(md, q)) add(std::move(t.what), std::move(t.key), t.bytes);
   }
   // The int64 formulas, once the sizes are known to be sane (see kSafeForIntegerFormulas).
   const double attention_guess = L * sl * (4 * H + 4 * Hkv * D + 4 * Hq) * e + W * 4 * Hkv * sl * D * ge;

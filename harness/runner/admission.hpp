@@ -29,16 +29,10 @@
 //                + 3 B Hq s^2 max(4, e) (one block's scores) + 3 B s V e + 2 B S V e (local logits
 //                and their gradient, logits gathered for the check)
 //   comm         the transport's bytes_per_call(W, B, Hq, Hkv, s, D, e) (staging for one attention call)
-//   SSM layers   (models with 'M' mixers) weights; the chunked scan's intra-chunk tensors, ~4 of
-//                [tokens, Q, heads] per layer over this rank's P/W x H token-heads (the reference rank also
-//                over S x H); and what each layer keeps under the case's SSM CP strategy, the planner's
-//                ssm_activation_bytes (its proj, conv output, y, one state per chunk, and the strategy's
-//                own buffers: harness/model/ssm_cp_costs.hpp), B x that, at most 2 chunks per document.
-//   GDN layers   (models with 'G' mixers) weights; what each layer keeps under the case's GDN CP strategy,
-//                the planner's gdn_activation_bytes (proj, conv output, o, the chunked delta rule's
-//                intra-chunk matrices, 3 of [tokens, Q] per value head in fp32, one fp32 state per chunk,
-//                and the strategy's buffers: harness/model/gdn_cp_costs.hpp), B x that; the reference rank
-//                also for one rank over S.
+//   other mixers each mixer's own terms (Mixer::memory_terms, kernels/mixers/<mixer>/): its weights, its
+//                recurrence's working set, and what each layer keeps under the case's strategy (the
+//                mixer's layer_cost, the planner's number), B x that, at most 2 chunks per document; the
+//                reference rank also for one rank over S.
 // The attention terms (weights, the S x S reference, block scores, the planner's attention
 // activations) count the attention layers only.
 // device: cuda cases count the runtime only in host memory; their tensors live on the GPU, where the

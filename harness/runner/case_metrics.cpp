@@ -7,7 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "harness/model/mamba.hpp"
 #include "kernels/attention/fused_attention.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
@@ -16,8 +15,7 @@ namespace cpbench {
 namespace {
 
 // The gathered summary: 12 timings / counts, the CPU seconds, 1 spare, then one block count per kernel route.
-constexpr int kTimedFields = 14;
-constexpr int kSummaryFields = kTimedFields + static_cast<int>(kernels::kKernelRoutes.size());
+constexpr int kTimedFields = 13;
 
 int64_t peak_rss_bytes() {
   std::ifstream in("/proc/self/status");
@@ -37,13 +35,18 @@ std::string sci(double v) {
 }  // namespace
 
 std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankSummary& s) {
-  std::vector<double> fields = {s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.ssm_s,
-                                s.flops_visible, s.flops_computed, s.bytes, s.ssm_bytes, s.shard_s, s.forward_s,
+  std::vector<double> fields = {s.step_s, s.attention_compute_s, s.attention_wait_s, s.transfer_s, s.mixer_s,
+                                s.flops_visible, s.flops_computed, s.bytes, s.shard_s, s.forward_s,
                                 s.backward_s, s.cpu_s, 0.0};
   for (const auto route : kernels::kKernelRoutes) {
     const auto it = s.kernel_blocks.find(kernels::to_string(route));
     fields.push_back(it == s.kernel_blocks.end() ? 0.0 : static_cast<double>(it->second));
   }
+  for (const auto& m : mixers()) {  // one field per registered mixer, registry order
+    const auto it = s.mixer_bytes.find(m->letter());
+    fields.push_back(it == s.mixer_bytes.end() ? 0.0 : it->second);
+  }
+  const int kSummaryFields = kTimedFields + static_cast<int>(kernels::kKernelRoutes.size() + mixers().size());
   CP_CHECK(static_cast<int>(fields.size()) == kSummaryFields, "gather_rank_summaries: ", fields.size(), " fields, not ",
            kSummaryFields);
   const at::Tensor mine = at::tensor(fields, at::kDouble);
@@ -51,9 +54,12 @@ std::vector<RankSummary> gather_rank_summaries(const CaseContext& x, const RankS
   std::vector<RankSummary> out;
   const double* p = all.data_ptr<double>();
   for (int64_t r = 0; r < x.c.cp; ++r, p += kSummaryFields) {
-    RankSummary o{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], {}, p[12]};
-    for (size_t i = 0; i < kernels::kKernelRoutes.size(); ++i)
+    RankSummary o{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], {}, p[11], {}};
+    const size_t routes = kernels::kKernelRoutes.size();
+    for (size_t i = 0; i < routes; ++i)
       if (const double n = p[kTimedFields + i]; n > 0) o.kernel_blocks[kernels::to_string(kernels::kKernelRoutes[i])] = static_cast<int64_t>(n);
+    for (size_t i = 0; i < mixers().size(); ++i)
+      if (const double n = p[kTimedFields + routes + i]; n > 0) o.mixer_bytes[mixers()[i]->letter()] = n;
     out.push_back(std::move(o));
   }
   return out;
@@ -71,14 +77,13 @@ double model_matmul_params(const CaseContext& x) {
   return n;
 }
 
-double ssm_train_flops(const CaseContext& x, double tokens) {
+double mixer_train_flops(const CaseContext& x, double tokens) {
   const ModelConfig& m = x.s.model;
-  const auto layers = static_cast<double>(std::count(m.mixers.begin(), m.mixers.end(), 'M'));
-  if (layers == 0) return 0;
-  const SsmConfig& c = m.ssm;
-  // Forward per token and head from the scan's own count; backward about twice it (its convention).
-  const double forward = ssm_scan_flops(x.s.batch.seq_len, kSsmChunk, c.head_dim, c.state);
-  return 3.0 * forward * static_cast<double>(c.heads) * tokens * layers;
+  double flops = 0;
+  for (const Mixer* mixer : mixers_in(m.mixers))
+    flops += mixer->train_flops_per_token(m, x.s.batch.seq_len) * tokens *
+             static_cast<double>(count_layers(m.mixers, m.layers, mixer->letter()));
+  return flops;
 }
 
 std::string route_mismatch(const CaseSpec& c, const RunResult& res) {
@@ -134,7 +139,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   if (!m.cpu_s.empty()) add("cpu_s", stats::median(m.cpu_s), "s", stats::range_spread(m.cpu_s));
 
   // The step's parts, on the slowest rank of each (per rank in `ranks` below).
-  double attention_s = 0, attention_compute_s = 0, ssm_s = 0, max_f = 0, sum_f = 0, max_t = 0, sum_t = 0, max_b = 0,
+  double attention_s = 0, attention_compute_s = 0, mixer_s = 0, max_f = 0, sum_f = 0, max_t = 0, sum_t = 0, max_b = 0,
          max_transfer = 0, sum_visible = 0, sum_computed = 0, rate_of_slowest = 0, max_computed_rate = 0;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankSummary& s = ranks[r];
@@ -147,7 +152,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
     rs.comm_s = s.attention_wait_s;
     rs.transfer_s = s.transfer_s;
     rs.step_s = s.step_s;
-    rs.ssm_s = s.ssm_s;
+    rs.ssm_s = s.mixer_s;
     rs.cpu_s = s.cpu_s;
     rs.kernel_blocks = s.kernel_blocks;
     res.ranks.push_back(rs);
@@ -158,7 +163,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
     }
     attention_compute_s = std::max(attention_compute_s, s.attention_compute_s);
     if (s.attention_compute_s > 0) max_computed_rate = std::max(max_computed_rate, computed_train / s.attention_compute_s);
-    ssm_s = std::max(ssm_s, s.ssm_s);
+    mixer_s = std::max(mixer_s, s.mixer_s);
     max_f = std::max(max_f, s.flops_visible);
     sum_f += s.flops_visible;
     max_t = std::max(max_t, s.attention_compute_s);
@@ -170,8 +175,8 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   }
   add("attention_s", attention_s, "s");
   add("attention_compute_s", attention_compute_s, "s");
-  if (x.s.model.has_recurrent()) add("ssm_s", ssm_s, "s");  // Mamba and GDN sections
-  add("other_s", std::max(0.0, step_s - attention_s - ssm_s), "s");
+  if (x.s.model.has_recurrent()) add("ssm_s", mixer_s, "s");  // the recurrent mixers' sections
+  add("other_s", std::max(0.0, step_s - attention_s - mixer_s), "s");
   const RankSummary& r0 = ranks.front();
   add("phase_shard_s", r0.shard_s, "s");
   add("phase_forward_s", r0.forward_s, "s");
@@ -188,7 +193,7 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   add("attention_kernel_efficiency", sum_computed > 0 ? sum_visible / sum_computed : 1.0, "ratio");
   add("attention_tflops_per_s", rate_of_slowest / 1e12, "TFLOP/s");
   add("attention_computed_tflops_per_s_max", max_computed_rate / 1e12, "TFLOP/s");
-  const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible + ssm_train_flops(x, tokens);
+  const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible + mixer_train_flops(x, tokens);
   const double model_rate = step_s > 0 ? model_flops / step_s : 0;
   add("model_flops", model_flops, "flop");
   add("model_tflops_per_s", model_rate / 1e12, "TFLOP/s");
@@ -207,9 +212,13 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   // Bytes over the time they were in flight, overlapped or not: the transport's effective transfer rate
   // inside the step (not a link bandwidth: the collectives measured alone give algbw / busbw).
   add("attention_transfer_rate", max_transfer > 0 ? max_b / max_transfer : 0, "B/s");
-  // Mamba layers: what rank 0's SSM collectives sent per step, forward and backward (every rank sends
-  // the same; each step checks it against ssm_cp_costs, harness/runner/train_step.cpp).
-  if (x.s.model.has_ssm()) add("ssm_bytes_per_rank", r0.ssm_bytes, "bytes");
+  // What rank 0's mixer collectives sent per step, forward and backward, for each mixer that reports it
+  // (every rank sends the same; each step checks it against the mixer's formula, train_step.cpp).
+  for (const Mixer* mixer : mixers_in(x.s.model.mixers))
+    if (!mixer->bytes_metric().empty()) {
+      const auto it = r0.mixer_bytes.find(mixer->letter());
+      add(mixer->bytes_metric(), it == r0.mixer_bytes.end() ? 0.0 : it->second, "bytes");
+    }
   add("peak_rss", static_cast<double>(peak_rss_bytes()), "bytes");
   if (x.cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(x.device.index());

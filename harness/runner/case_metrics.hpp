@@ -7,14 +7,14 @@
 //   step_s                     median of the CP group's step time (its slowest rank's, per step)
 //   attention_s                the slowest rank's transport time per step: forward + backward over all
 //                              layers, compute + time blocked on communication
-//   ssm_s                      the slowest rank's Mamba SSM sections (scan + all-to-alls), fwd + bwd
+//   ssm_s                      the slowest rank's recurrent mixers' sections (scan + collectives), fwd + bwd
 //   other_s                    step_s - attention_s - ssm_s (projections, MLP, loss, shard, all-reduce)
 //   attention_flops_visible    per rank and step, training (fwd + bwd): the visible (q, k) pairs'
 //                              FLOPs, the FlashAttention convention (causal ~ half)
 //   attention_flops_computed   the same for the whole tiles and bands the kernels computed
 //   attention_kernel_efficiency  visible / computed (summed over ranks)
 //   attention_tflops_per_s     visible FLOPs / attention_s; per rank, and the slowest rank's
-//   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the SSM scans' FLOPs) / step_s
+//   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the mixers' own FLOPs) / step_s
 //                              for the CP group; N = parameters in matrix products (all but the
 //                              embedding table)
 //   model_flops                real tokens and the work rule's attention pairs only (sharders/mask.hpp:
@@ -35,13 +35,16 @@ namespace cpbench {
 
 // One rank's medians over the timed steps (seconds per step) and its per-step work.
 struct RankSummary {
-  double step_s = 0, attention_compute_s = 0, attention_wait_s = 0, transfer_s = 0, ssm_s = 0;
+  double step_s = 0, attention_compute_s = 0, attention_wait_s = 0, transfer_s = 0;
+  double mixer_s = 0;  // the non-attention mixers' sections (the report's ssm_s)
   double flops_visible = 0, flops_computed = 0;  // forward, per step
-  double bytes = 0, ssm_bytes = 0;
+  double bytes = 0;
   double shard_s = 0, forward_s = 0, backward_s = 0;
   // Forward blocks per step per kernel route (AttentionStats::kernel_blocks: every layer's call).
   std::map<std::string, int64_t> kernel_blocks;
   double cpu_s = 0;  // median per timed step of this rank's process CPU seconds (0 on CUDA)
+  // What each non-attention mixer's collectives sent per step, by mixer letter.
+  std::map<char, double> mixer_bytes;
   [[nodiscard]] double attention_s() const { return attention_compute_s + attention_wait_s; }
 };
 
@@ -56,9 +59,9 @@ struct RankSummary {
 // the embedding table (a lookup).
 [[nodiscard]] double model_matmul_params(const CaseContext& x);
 
-// Training FLOPs of the Mamba layers' scans for `tokens` tokens (0 without Mamba layers): the chunked
-// scan's forward count (ssm_scan_flops, mamba.hpp) x 3 for forward + backward, every SSM head and layer.
-[[nodiscard]] double ssm_train_flops(const CaseContext& x, double tokens);
+// Training FLOPs of the non-attention mixers' cores for `tokens` tokens: each mixer's own count per token
+// (Mixer::train_flops_per_token, forward + backward) x its layers; 0 for mixers that count none.
+[[nodiscard]] double mixer_train_flops(const CaseContext& x, double tokens);
 
 // Why the kernel routes the ranks' blocks ran on (res.ranks' kernel_blocks, skipped blocks aside)
 // differ from the case's `routes` key ("" if they do not, or the key is absent): a listed route no

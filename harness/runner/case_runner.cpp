@@ -33,8 +33,8 @@ RunResult result_skeleton(const ScenarioSpec& s, const CaseSpec& c) {
             {"dp", std::to_string(c.dp)},  {"mask", c.mask.to_string()}, {"dtype", dtype_name(c.dtype)},
             {"device", to_string(s.device)}};
   if (c.ulysses > 0) r.axes["ulysses"] = std::to_string(c.ulysses);
-  if (s.model.has_ssm()) r.axes["ssm_cp"] = to_string(c.ssm_cp);
-  if (s.model.has_gdn()) r.axes["gdn_cp"] = to_string(c.gdn_cp);
+  for (const Mixer* m : mixers_in(s.model.mixers))
+    if (!m->strategy_axis().empty()) r.axes[m->strategy_axis()] = c.mixer_strategy(*m);
   return r;
 }
 
@@ -44,8 +44,10 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
   if (s.device == DeviceKind::cuda && !torch::cuda::is_available())
     return "device: cuda requested, but CUDA is not available here";
   if (const Control* control = case_control(c); control && c.expect == Expect::mismatch) {
-    const std::string why = control->cannot_show({c.cp, s.model.has_ssm(), c.ssm_cp == SsmCpStrategy::state_passing,
-                                                   s.model.has_gdn(), c.gdn_cp == GdnCpStrategy::state_passing});
+    ControlCase where{c.cp, {}};
+    for (const Mixer* m : mixers_in(s.model.mixers))
+      if (!m->strategy_axis().empty()) where.mixer_strategies[m->name()] = c.mixer_strategy(*m);
+    const std::string why = control->cannot_show(where);
     if (!why.empty()) return why;
   }
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
@@ -58,9 +60,9 @@ namespace {
 
 // This rank's per-step samples of the timed steps (the measurement keeps the group's step times).
 struct RankSamples {
-  std::vector<double> step, shard, forward, backward, compute, wait, transfer, ssm, cpu;
+  std::vector<double> step, shard, forward, backward, compute, wait, transfer, mixer, cpu;
   AttentionStats last;  // the work of a step (the same every step)
-  int64_t ssm_bytes = 0;
+  std::map<char, int64_t> mixer_bytes;
   std::vector<RankTimeline> timelines;  // one per timed step
 };
 
@@ -70,11 +72,11 @@ RankSummary summarize(const RankSamples& s) {
   r.attention_compute_s = stats::median(s.compute);
   r.attention_wait_s = stats::median(s.wait);
   r.transfer_s = stats::median(s.transfer);
-  r.ssm_s = stats::median(s.ssm);
+  r.mixer_s = stats::median(s.mixer);
   r.flops_visible = s.last.flops;
   r.flops_computed = s.last.flops_computed;
   r.bytes = static_cast<double>(s.last.bytes_sent);
-  r.ssm_bytes = static_cast<double>(s.ssm_bytes);
+  for (const auto& [letter, bytes] : s.mixer_bytes) r.mixer_bytes[letter] = static_cast<double>(bytes);
   r.shard_s = stats::median(s.shard);
   r.forward_s = stats::median(s.forward);
   r.backward_s = stats::median(s.backward);
@@ -199,9 +201,9 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     samples.compute.push_back(t.attn.compute_seconds);
     samples.wait.push_back(t.attn.comm_seconds);
     samples.transfer.push_back(t.attn.transfer_seconds);
-    samples.ssm.push_back(t.ssm);
+    samples.mixer.push_back(t.mixer_s);
     samples.last = t.attn;
-    samples.ssm_bytes = t.ssm_bytes;
+    samples.mixer_bytes = t.mixer_bytes;
     return t.total;
   };
   const GroupMax group_max = [&](double v) {

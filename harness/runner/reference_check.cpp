@@ -17,8 +17,8 @@ ElementwiseBound elementwise_bound(at::ScalarType dtype) {
   return {3e-5, 3e-6};  // float32
 }
 
-bool judged_by_precision(at::ScalarType dtype, bool ssm_layers) {
-  return dtype == at::kBFloat16 || dtype == at::kHalf || (dtype == at::kFloat && ssm_layers);
+bool judged_by_precision(at::ScalarType dtype, bool recurrent_layers) {
+  return dtype == at::kBFloat16 || dtype == at::kHalf || (dtype == at::kFloat && recurrent_layers);
 }
 
 namespace {

@@ -18,12 +18,12 @@ struct ElementwiseBound {
 // float64 and float32 (the dtypes checked elementwise against a reference in the same dtype).
 [[nodiscard]] ElementwiseBound elementwise_bound(at::ScalarType dtype);
 // True for the cases judged against their own precision: bfloat16 and float16 always; float32 when
-// the model has SSM (Mamba) layers. The elementwise float32 rule compares with a float32 reference
-// and so assumes that reference's own error is far below the bound; the SSM layers' parameter
-// gradients break that (exp of long decay sums, cancelling sums over every token in dt and A): on
+// the model has recurrent layers (Mixer::recurrent). The elementwise float32 rule compares with a
+// float32 reference and so assumes that reference's own error is far below the bound; a recurrence's
+// parameter gradients break that (exp of long decay sums, cancelling sums over every token): on
 // scenarios/mamba_state_passing.yaml the float32 single-rank grad:layer2_dt_bias[0] is 1.1e-4 off
 // float64, above the float32 bound, while the CP run is 1e-5 off (docs/correctness.md).
-[[nodiscard]] bool judged_by_precision(at::ScalarType dtype, bool ssm_layers);
+[[nodiscard]] bool judged_by_precision(at::ScalarType dtype, bool recurrent_layers);
 
 // The precision rule's constants (FlashAttention-test style): the CP error against float64 may be at
 // most k times the single-rank error in the same dtype, plus floor_scale * max|ref64|, on the max and

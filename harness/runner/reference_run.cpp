@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "harness/model/mamba.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "sharders/core/nvtx.hpp"
@@ -32,14 +31,12 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   const Batch& b = data.batch;
   at::Tensor embeds;
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
-  std::optional<SsmStepContext> ssm;
-  if (x.s.model.has_ssm())
-    ssm = single_rank_ssm_context(m, x.c.mask, x.s.model.ssm, model->parameters()[0].scalar_type(), x.device);
-  std::optional<GdnStepContext> gdn;
-  if (x.s.model.has_gdn())
-    gdn = single_rank_gdn_context(m, x.c.mask, x.s.model.gdn, model->parameters()[0].scalar_type(), x.device);
+  MixerContexts contexts;  // the other mixers on one rank
+  for (const Mixer* mixer : mixers_in(x.s.model.mixers))
+    if (auto ctx = mixer->single_rank_context(x.s.model, m, x.c.mask, model->parameters()[0].scalar_type(), x.device))
+      contexts.emplace(mixer->letter(), std::move(ctx));
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                   *b.position_ids, attn, ssm ? &*ssm : nullptr, gdn ? &*gdn : nullptr);
+                                   *b.position_ids, attn, contexts);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;

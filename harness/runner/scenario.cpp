@@ -56,9 +56,14 @@ std::string CaseSpec::name() const {
   std::string n =
       sharder + "/" + t + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
-  if (ssm_cp != SsmCpStrategy::hidden_parallel) n += std::string("/") + to_string(ssm_cp);
-  if (gdn_cp != GdnCpStrategy::head_parallel) n += std::string("/gdn_") + to_string(gdn_cp);
+  for (const auto& m : mixers())
+    if (!m->strategy_axis().empty()) n += m->case_suffix(mixer_strategy(*m));
   return n;
+}
+
+std::string CaseSpec::mixer_strategy(const Mixer& mixer) const {
+  const auto it = mixer_cp.find(mixer.strategy_axis());
+  return it != mixer_cp.end() ? it->second : mixer.strategies().front();
 }
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
@@ -90,14 +95,35 @@ namespace {
 using namespace yaml_read;
 
 struct Axes {
-  std::vector<std::string> sharder, transport, mask, dtype, expect, ssm_cp, gdn_cp;
+  std::vector<std::string> sharder, transport, mask, dtype, expect;
+  std::map<std::string, std::vector<std::string>> mixer_cp;  // by a mixer's strategy axis
   std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
   std::vector<std::string> routes;       // not an axis: every case of the block gets the list
 };
 
+// Every combination of the mixers' strategy axes, the first axis (registry order) outermost.
+std::vector<std::map<std::string, std::string>> strategy_combinations(
+    const std::map<std::string, std::vector<std::string>>& axes) {
+  std::vector<std::map<std::string, std::string>> out{{}};
+  for (const auto& m : mixers()) {
+    const auto it = axes.find(m->strategy_axis());
+    if (it == axes.end()) continue;
+    std::vector<std::map<std::string, std::string>> next;
+    for (const auto& partial : out)
+      for (const auto& v : it->second) {
+        next.push_back(partial);
+        next.back()[it->first] = v;
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  check_keys(c, n, path, {"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "ssm_cp", "gdn_cp",
-                          "routes"});
+  std::vector<std::string> keys{"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "routes"};
+  for (const auto& m : mixers())
+    if (!m->strategy_axis().empty()) keys.push_back(m->strategy_axis());
+  check_keys(c, n, path, keys);
   Axes a = defaults;
   auto sub = [&](const char* k) { return path.empty() ? std::string(k) : path + "." + k; };
   auto sharder_ok = [&](const std::string& p, const std::string& v) {
@@ -134,18 +160,6 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   auto expect_ok = [&](const std::string& p, const std::string& v) {
     if (v != "match" && v != "mismatch") c.fail(p, "expected match or mismatch, got \"" + v + "\"");
   };
-  auto ssm_cp_ok = [&](const std::string& p, const std::string& v) {
-    if (parse_ssm_cp_strategy(v)) return;
-    std::string known;
-    for (const auto& k : known_ssm_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
-    c.fail(p, "unknown SSM CP strategy \"" + v + "\"; known: " + known);
-  };
-  auto gdn_cp_ok = [&](const std::string& p, const std::string& v) {
-    if (parse_gdn_cp_strategy(v)) return;
-    std::string known;
-    for (const auto& k : known_gdn_cp_strategies()) known += (known.empty() ? "" : ", ") + k;
-    c.fail(p, "unknown GDN CP strategy \"" + v + "\"; known: " + known);
-  };
   auto route_ok = [&](const std::string& p, const std::string& v) {
     std::string known;
     for (const auto r : kernels::kKernelRoutes) {
@@ -157,8 +171,18 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   };
   if (n["sharder"]) a.sharder = read_str_list(c, n["sharder"], sub("sharder"), sharder_ok);
   if (n["routes"]) a.routes = read_str_list(c, n["routes"], sub("routes"), route_ok);
-  if (n["ssm_cp"]) a.ssm_cp = read_str_list(c, n["ssm_cp"], sub("ssm_cp"), ssm_cp_ok);
-  if (n["gdn_cp"]) a.gdn_cp = read_str_list(c, n["gdn_cp"], sub("gdn_cp"), gdn_cp_ok);
+  for (const auto& m : mixers()) {
+    const std::string axis = m->strategy_axis();
+    if (axis.empty() || !n[axis]) continue;
+    const auto strategy_ok = [&](const std::string& p, const std::string& v) {
+      const auto known = m->strategies();
+      if (std::find(known.begin(), known.end(), v) != known.end()) return;
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      c.fail(p, "unknown " + m->label() + " CP strategy \"" + v + "\"; known: " + list);
+    };
+    a.mixer_cp[axis] = read_str_list(c, n[axis], sub(axis.c_str()), strategy_ok);
+  }
   if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
   if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
   if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
@@ -181,9 +205,12 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                                     ": malformed YAML: ", e.msg));
   }
   if (!root || root.IsNull()) c.fail("(top level)", "the scenario is empty");
-  check_keys(c, root, "",
-             {"name", "description", "model", "batch", "mask", "dtype", "device", "sweep", "expect", "ssm_cp",
-              "gdn_cp", "measure", "timeout_s", "reference_timeout_s", "seed", "share_gpu", "routes", "kernels"});
+  std::vector<std::string> root_keys{"name",    "description", "model",      "batch",     "mask",
+                                     "dtype",   "device",      "sweep",      "expect",    "measure",
+                                     "timeout_s", "reference_timeout_s", "seed", "share_gpu", "routes", "kernels"};
+  for (const auto& m : mixers())
+    if (!m->strategy_axis().empty()) root_keys.push_back(m->strategy_axis());
+  check_keys(c, root, "", root_keys);
   ScenarioSpec s;
   s.file = file;
   s.name = root["name"] ? read_str(c, root["name"], "name") : file;
@@ -287,11 +314,15 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   defaults.mask = {"causal"};
   defaults.dtype = {"float64"};
   defaults.expect = {"match"};
-  defaults.ssm_cp = {to_string(SsmCpStrategy::hidden_parallel)};
-  defaults.gdn_cp = {to_string(GdnCpStrategy::head_parallel)};
+  std::vector<std::string> top_keys{"mask", "dtype", "expect", "routes"};
+  for (const auto& m : mixers())
+    if (!m->strategy_axis().empty()) {
+      defaults.mixer_cp[m->strategy_axis()] = {m->strategies().front()};
+      top_keys.push_back(m->strategy_axis());
+    }
   {
     YAML::Node top;
-    for (const char* k : {"mask", "dtype", "expect", "ssm_cp", "gdn_cp", "routes"})
+    for (const auto& k : top_keys)
       if (root[k]) top[k] = root[k];
     if (top.size() > 0) defaults = read_axes(c, top, "", defaults);
   }
@@ -348,8 +379,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
             for (const auto& mk : a.mask)
               for (const auto& dt : a.dtype)
                 for (const auto& ex : a.expect)
-                for (const auto& sc : a.ssm_cp)
-                for (const auto& gc : a.gdn_cp) {
+                for (const auto& strategies : strategy_combinations(a.mixer_cp)) {
                   CaseSpec cs;
                   cs.sharder = find_control(sh) ? sh : make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
@@ -359,32 +389,22 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                   cs.mask = MaskSpec::parse(mk);
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
-                  cs.ssm_cp = *parse_ssm_cp_strategy(sc);
-                  cs.gdn_cp = *parse_gdn_cp_strategy(gc);
+                  cs.mixer_cp = strategies;
                   cs.routes = a.routes;
-                  if (cs.ssm_cp != SsmCpStrategy::hidden_parallel && !s.model.has_ssm())
-                    c.fail(where + ".ssm_cp", sc + " needs a model with Mamba layers (model.mixers with M)");
-                  if (cs.gdn_cp != GdnCpStrategy::head_parallel && !s.model.has_gdn())
-                    c.fail(where + ".gdn_cp", gc + " needs a model with Gated DeltaNet layers (model.mixers with G)");
-                  if (!seen.insert(cs.name() + "/" + ex).second) continue;
-                  // Refused before any rank starts: hidden-parallel CP cannot split these SSM sizes;
-                  // state passing cannot run on a layout whose ranks do not own contiguous chunks.
-                  if (s.model.has_ssm()) {
-                    const Control* control = find_control(cs.sharder);
-                    const std::string why =
-                        cs.ssm_cp == SsmCpStrategy::state_passing
-                            ? state_passing_unsupported_reason(*make_layout(control ? control->layout() : cs.sharder), cp)
-                            : s.model.ssm.cp_unsupported_reason(cp);
-                    if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
+                  for (const auto& m : mixers()) {
+                    const std::string axis = m->strategy_axis();
+                    if (!axis.empty() && !s.model.has(*m) && cs.mixer_strategy(*m) != m->strategies().front())
+                      c.fail(where + "." + axis, cs.mixer_strategy(*m) + " needs a model with " + m->description() +
+                                                     " layers (model.mixers with " + std::string(1, m->letter()) + ")");
                   }
-                  // The same for the Gated DeltaNet layers (gdn_cp).
-                  if (s.model.has_gdn()) {
+                  if (!seen.insert(cs.name() + "/" + ex).second) continue;
+                  // Refused before any rank starts: a strategy that cannot split a mixer's sizes at cp, or
+                  // cannot run on the case's layout (state passing needs ranks that own contiguous chunks).
+                  for (const Mixer* m : mixers_in(s.model.mixers)) {
+                    if (m->strategy_axis().empty()) continue;
                     const Control* control = find_control(cs.sharder);
-                    std::string why = s.model.gdn.cp_unsupported_reason(cp);
-                    if (cs.gdn_cp == GdnCpStrategy::state_passing) {
-                      why = state_passing_unsupported_reason(*make_layout(control ? control->layout() : cs.sharder), cp);
-                      if (why.rfind("ssm_cp ", 0) == 0) why = "gdn_cp " + why.substr(7);
-                    }
+                    const std::string why = m->unsupported_reason(
+                        s.model, cs.mixer_strategy(*m), *make_layout(control ? control->layout() : cs.sharder), cp);
                     if (!why.empty()) throw UsageError(file + ": " + cs.name() + ": " + why);
                   }
                   cs.index = static_cast<int64_t>(s.cases.size());

@@ -46,18 +46,17 @@ struct CaseSpec {
   MaskSpec mask;
   at::ScalarType dtype = at::kDouble;
   Expect expect = Expect::match;
-  // How the Mamba layers run under CP (the `ssm_cp` axis; models with Mamba layers only).
-  SsmCpStrategy ssm_cp = SsmCpStrategy::hidden_parallel;
-  // How the Gated DeltaNet layers run under CP (the `gdn_cp` axis; models with G layers only).
-  GdnCpStrategy gdn_cp = GdnCpStrategy::head_parallel;
+  // How each mixer with a strategy axis runs under CP, by axis (Mixer::strategy_axis: "ssm_cp" ->
+  // "state_passing"); a mixer's default strategy when absent.
+  std::map<std::string, std::string> mixer_cp;
+  [[nodiscard]] std::string mixer_strategy(const Mixer& mixer) const;
   // The `routes` key: the kernel routes (kernels::to_string names, never "skipped") the case's
   // attention blocks must run on, exactly; empty: not checked (case_metrics.hpp route_mismatch).
   std::vector<std::string> routes;
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
-  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + "/state_passing" for that ssm_cp,
-  // + "/gdn_state_passing" for that gdn_cp;
-  // hybrid: "hybrid-u2" for ulysses 2)
+  // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + each mixer's Mixer::case_suffix for
+  // a strategy other than its default, e.g. "/state_passing"; hybrid: "hybrid-u2" for ulysses 2)
   [[nodiscard]] std::string name() const;
 };
 

@@ -1,6 +1,7 @@
 #include "harness/runner/scenario_model.hpp"
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,16 +57,18 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
   } else {
     m.heads = m.kv_heads = 1;  // no attention layer: the test model's attention sizes are unused
   }
-  if (h.ssm_layers() > 0) m.ssm = h.ssm;
-  if (h.gdn_layers() > 0) m.gdn = h.gdn;
+  static_cast<MixerConfigs&>(m) = h;
   return m;
 }
 
 }  // namespace
 
 ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
-  check_keys(c, m, "model", {"preset", "config", "layers", "hidden", "heads", "kv_heads", "vocab", "ffn",
-                             "rope_theta", "mrope_sections", "seed", "mixers", "ssm", "gdn"});
+  std::vector<std::string> keys{"preset", "config", "layers",         "hidden", "heads", "kv_heads", "vocab",
+                                "ffn",    "rope_theta", "mrope_sections", "seed", "mixers"};
+  for (const auto& mixer : mixers())
+    if (!mixer->config_key().empty()) keys.push_back(mixer->config_key());
+  check_keys(c, m, "model", keys);
   if (m["preset"] && m["config"]) c.fail("model.config", "give model.preset or model.config, not both");
   ModelOverrides o;
   if (m["layers"]) o.layers = read_int(c, m["layers"], "model.layers", 1);
@@ -75,48 +78,36 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   if (m["vocab"]) o.vocab = read_int(c, m["vocab"], "model.vocab", 2);
   if (m["ffn"]) o.ffn = read_int(c, m["ffn"], "model.ffn", 1);
   if (m["mixers"]) o.mixers = read_str(c, m["mixers"], "model.mixers");
-  if (const auto ssm = m["ssm"]) {
-    if (!ssm.IsMap()) c.fail("model.ssm", "expected a mapping of heads, head_dim, state, groups, conv, got " + yaml_read::scalar_text(ssm));
-    check_keys(c, ssm, "model.ssm", {"heads", "head_dim", "state", "groups", "conv"});
-    if (ssm["heads"]) o.ssm_heads = read_int(c, ssm["heads"], "model.ssm.heads", 1);
-    if (ssm["head_dim"]) o.ssm_head_dim = read_int(c, ssm["head_dim"], "model.ssm.head_dim", 1);
-    if (ssm["state"]) o.ssm_state = read_int(c, ssm["state"], "model.ssm.state", 1);
-    if (ssm["groups"]) o.ssm_groups = read_int(c, ssm["groups"], "model.ssm.groups", 1);
-    if (ssm["conv"]) o.ssm_conv = read_int(c, ssm["conv"], "model.ssm.conv", 1);
+  // model.<config_key>: a mixer's sizes (its Mixer::config_fields), applied over the preset's or the
+  // config file's.
+  std::map<std::string, std::map<std::string, int64_t>> sizes;  // by config key
+  for (const auto& mixer : mixers()) {
+    const std::string key = mixer->config_key();
+    const auto node = key.empty() ? YAML::Node() : m[key];
+    if (!node) continue;
+    MixerConfigs defaults;
+    std::vector<std::string> fields;
+    for (const auto& f : mixer->config_fields(defaults)) fields.push_back(f.name);
+    if (!node.IsMap()) {
+      std::string list;
+      for (const auto& f : fields) list += (list.empty() ? "" : ", ") + f;
+      c.fail("model." + key, "expected a mapping of " + list + ", got " + yaml_read::scalar_text(node));
+    }
+    check_keys(c, node, "model." + key, fields);
+    for (const auto& f : mixer->config_fields(defaults))
+      if (node[f.name]) sizes[key][f.name] = read_int(c, node[f.name], "model." + key + "." + f.name, f.min);
   }
-  // model.gdn: the Gated DeltaNet layers' sizes, applied over the preset's or the config file's.
-  GdnConfig gdn_keys;
-  bool any_gdn = false;
-  const auto apply_gdn = [&](GdnConfig& g) {
-    if (!any_gdn) return;
-    const auto gd = m["gdn"];
-    if (gd["key_heads"]) g.key_heads = gdn_keys.key_heads;
-    if (gd["value_heads"]) g.value_heads = gdn_keys.value_heads;
-    if (gd["key_head_dim"]) g.key_head_dim = gdn_keys.key_head_dim;
-    if (gd["value_head_dim"]) g.value_head_dim = gdn_keys.value_head_dim;
-    if (gd["conv"]) g.conv = gdn_keys.conv;
-    if (gd["chunk"]) g.chunk = gdn_keys.chunk;
+  const auto apply_sizes = [&](ModelConfig& model, bool scaled) {
+    for (const auto& mixer : mixers())
+      if (const auto it = sizes.find(mixer->config_key()); it != sizes.end())
+        mixer->apply_sizes(model, it->second, scaled);
   };
-  if (const auto gd = m["gdn"]) {
-    if (!gd.IsMap())
-      c.fail("model.gdn", "expected a mapping of key_heads, value_heads, key_head_dim, value_head_dim, conv, chunk, got " +
-                              yaml_read::scalar_text(gd));
-    check_keys(c, gd, "model.gdn", {"key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv", "chunk"});
-    any_gdn = true;
-    if (gd["key_heads"]) gdn_keys.key_heads = read_int(c, gd["key_heads"], "model.gdn.key_heads", 1);
-    if (gd["value_heads"]) gdn_keys.value_heads = read_int(c, gd["value_heads"], "model.gdn.value_heads", 1);
-    if (gd["key_head_dim"]) gdn_keys.key_head_dim = read_int(c, gd["key_head_dim"], "model.gdn.key_head_dim", 1);
-    if (gd["value_head_dim"])
-      gdn_keys.value_head_dim = read_int(c, gd["value_head_dim"], "model.gdn.value_head_dim", 1);
-    if (gd["conv"]) gdn_keys.conv = read_int(c, gd["conv"], "model.gdn.conv", 1);
-    if (gd["chunk"]) gdn_keys.chunk = read_int(c, gd["chunk"], "model.gdn.chunk", 1);
-  }
   ModelConfig model;
   if (m["config"]) {
     // A real model's config.json: the explicit keys above override the file, keeping its ratios.
     const HfModel base = read_model_config(c, read_str(c, m["config"], "model.config"));
     model = test_model_of(c, with_overrides(base, o));
-    apply_gdn(model.gdn);
+    apply_sizes(model, true);
   } else {
     if (m["preset"]) {
       try {
@@ -134,13 +125,8 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
     if (o.vocab > 0) model.vocab = o.vocab;
     if (o.ffn > 0) model.ffn = o.ffn;
     if (!o.mixers.empty()) model.mixers = o.mixers;
-    if (o.ssm_heads > 0) model.ssm.heads = o.ssm_heads;
-    if (o.ssm_head_dim > 0) model.ssm.head_dim = o.ssm_head_dim;
-    if (o.ssm_state > 0) model.ssm.state = o.ssm_state;
-    if (o.ssm_groups > 0) model.ssm.groups = o.ssm_groups;
-    if (o.ssm_conv > 0) model.ssm.conv = o.ssm_conv;
-    apply_gdn(model.gdn);
-    if (m["preset"] && (o.any() || any_gdn)) model.preset += "+custom";
+    apply_sizes(model, false);
+    if (m["preset"] && (o.any() || !sizes.empty())) model.preset += "+custom";
   }
   if (m["rope_theta"]) model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
   if (m["mrope_sections"]) model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);

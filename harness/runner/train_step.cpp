@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "harness/model/mamba.hpp"
-#include "harness/model/section_clock.hpp"
+#include "kernels/mixers/section_clock.hpp"
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
@@ -92,9 +91,8 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   TokenMeta local_meta, all_meta;
   at::Tensor global_index;  // the layout's map: global stream position of each rank-order column
   std::shared_ptr<const kernels::PlanCache> plans;
-  std::optional<SsmStepContext> ssm;
-  std::optional<GdnStepContext> gdn;
-  SectionClock ssm_clock(x.device);  // Mamba and GDN sections
+  MixerContexts contexts;               // the non-attention mixers', by letter
+  SectionClock mixer_clock(x.device);  // their sections
   {
     nvtx::Range range{x.nvtx, "shard"};
     local = sharder.shard(x.data.batch);
@@ -111,25 +109,23 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     global_index = at::tensor(rank_order, at::kLong);
     plans = x.transport->make_plans(c.mask, local_meta, all_meta, global_index, x.cp_rank, static_cast<int>(c.cp),
                                     x.device);
-    // Mamba layers: the shard's own map between rank order and the global stream, and the scan's
-    // resets, once per step.
-    if (x.s.model.has_ssm()) {
-      SsmCpOptions o;
-      o.strategy = c.ssm_cp;
-      o.undo_chunk_order = !(x.control && x.control->ssm_scans_rank_order());
-      o.drop_incoming_state = x.control && x.control->ssm_drops_incoming_state() && x.cp_rank == c.cp - 1;
-      ssm.emplace(cp_ssm_context(x.comm, sharder, all_meta, c.mask, x.s.model.ssm, c.dtype, x.device, x.nvtx, o));
-      ssm->bytes_sent = &t.ssm_bytes;
-      ssm->clock = &ssm_clock;
-    }
-    if (x.s.model.has_gdn()) {
-      GdnCpOptions o;
-      o.strategy = c.gdn_cp;
-      o.drop_incoming_state = x.control && x.control->gdn_drops_incoming_state() && x.cp_rank == c.cp - 1;
-      gdn.emplace(cp_gdn_context(x.comm, sharder.shard_layout().global, all_meta, c.mask, x.s.model.gdn, c.dtype,
-                                 x.device, x.nvtx, o));
-      gdn->bytes_sent = &t.gdn_bytes;
-      gdn->clock = &ssm_clock;
+    // The other mixers' step contexts (index maps, scan plans, the strategy's exchanges), once per step.
+    for (const Mixer* m : mixers_in(x.s.model.mixers)) {
+      CpStepInputs in;
+      in.comm = &x.comm;
+      in.layout = &sharder.shard_layout().global;
+      in.all_meta = all_meta;
+      in.mask = c.mask;
+      in.dtype = c.dtype;
+      in.device = x.device;
+      in.nvtx = x.nvtx;
+      in.strategy = c.mixer_strategy(*m);
+      if (x.control) in.fault = x.control->mixer_fault(m->name(), ControlSite{x.cp_rank, c.cp, c.dtype});
+      auto ctx = m->cp_context(x.s.model, in);
+      if (!ctx) continue;
+      ctx->bytes_sent = &t.mixer_bytes[m->letter()];
+      ctx->clock = &mixer_clock;
+      contexts.emplace(m->letter(), std::move(ctx));
     }
   }
   x.sync();
@@ -143,8 +139,6 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return x.transport->attend(q, k, v, ctx);
   };
-  const SsmStepContext* ssm_ptr = ssm ? &*ssm : nullptr;
-  const GdnStepContext* gdn_ptr = gdn ? &*gdn : nullptr;
   x.model->zero_grad();
   {
     nvtx::Range range{x.nvtx, "forward"};
@@ -155,9 +149,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
         return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
       };
       SdpaHookGuard guard(*x.model, cp_attn);
-      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, ssm_ptr, gdn_ptr);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, contexts);
     } else {
-      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, ssm_ptr, gdn_ptr);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, contexts);
     }
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);
@@ -165,19 +159,14 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   }
   x.sync();
   t.forward = mark("forward", t0);
-  if (ssm) {
-    // What the Mamba layers sent is what ssm_cp_costs says one layer sends, times the layers.
-    const auto layers = static_cast<int64_t>(std::count(x.s.model.mixers.begin(), x.s.model.mixers.end(), 'M'));
-    const int64_t expected = layers * ssm_cp_bytes(ssm->strategy, ssm->shape).total();
-    CP_CHECK(t.ssm_bytes == expected, "mamba ", to_string(ssm->strategy), ": the ", layers, " SSM layers sent ",
-             t.ssm_bytes, " bytes from rank ", x.cp_rank, ", ssm_cp_costs says ", expected, " (", c.name(), ")");
-  }
-  if (gdn) {
-    // The same for the Gated DeltaNet layers against gdn_cp_costs.
-    const auto layers = static_cast<int64_t>(std::count(x.s.model.mixers.begin(), x.s.model.mixers.end(), 'G'));
-    const int64_t expected = layers * gdn_cp_bytes(gdn->strategy, gdn->shape).total();
-    CP_CHECK(t.gdn_bytes == expected, "gdn ", to_string(gdn->strategy), ": the ", layers, " GDN layers sent ",
-             t.gdn_bytes, " bytes from rank ", x.cp_rank, ", gdn_cp_costs says ", expected, " (", c.name(), ")");
+  for (const auto& [letter, ctx] : contexts) {
+    // What a mixer's layers sent is what its formula says one layer sends, times its layers.
+    const int64_t layers = count_layers(x.s.model.mixers, x.s.model.layers, letter);
+    const int64_t expected = layers * ctx->bytes_per_layer();
+    const Mixer& m = mixer_for(letter);
+    CP_CHECK(t.mixer_bytes[letter] == expected, m.name(), " ", ctx->strategy_name(), ": the ", layers, " ", m.label(),
+             " layers sent ", t.mixer_bytes[letter], " bytes from rank ", x.cp_rank, ", the ", m.name(),
+             " formula says ", expected, " (", c.name(), ")");
   }
 
   t0 = clock_type::now();
@@ -206,7 +195,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   t.total = mark("step", t_step);
   resolve_device_times(stats, anchor, t_step);  // CUDA spans (the device is synchronized: no wait)
   if (trace) add_attention_spans(stats, t_step, *trace);
-  t.ssm = ssm_clock.seconds();
+  t.mixer_s = mixer_clock.seconds();
   t.attn = stats;
   return t;
 }

@@ -3,6 +3,7 @@
 // loss over the global valid-token count -> backward -> parameter-gradient all-reduce over CP. Nothing
 // else: what the reference check needs (logit and gradient gathers, the summed loss, copies) is taken
 // by gather_outputs() after the step, on the checked steps only.
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -18,10 +19,10 @@ namespace cpbench {
 // together cover it (up to the clock reads between them).
 struct StepTimes {
   double shard = 0, forward = 0, backward = 0, total = 0;
-  double ssm = 0;         // the Mamba layers' SSM sections (scan + all-to-alls), forward + backward
-  int64_t ssm_bytes = 0;  // bytes the Mamba layers' all-to-alls sent from this rank
-  int64_t gdn_bytes = 0;  // bytes the Gated DeltaNet layers' collectives sent from this rank (their
-                          // sections are timed in `ssm` with the Mamba ones)
+  double mixer_s = 0;  // the non-attention mixers' sections (recurrence + collectives), forward + backward
+  // Bytes each non-attention mixer's collectives sent from this rank, by mixer letter (checked every
+  // step against the mixer's formula).
+  std::map<char, int64_t> mixer_bytes;
   AttentionStats attn;    // the transport's seconds, bytes, FLOPs of the step
 };
 

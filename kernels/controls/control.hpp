@@ -2,12 +2,14 @@
 // Negative controls: cases that are wrong on purpose, so the reference check is seen to fail when it
 // should (scenarios run them with `expect: mismatch`). A control is named on the scenario's `sharder`
 // axis, shards with an ordinary layout, and plants its fault by decorating what the case runs with:
-// the CP transport (wrap), the SSM layers' token order (ssm_scans_rank_order) or their incoming state
-// (ssm_drops_incoming_state). The runner asks the
-// control and never switches over control names.
+// the CP transport (wrap) or a mixer's layers (mixer_fault: a fault the mixer's own step context plants,
+// e.g. a recurrent mixer's layers scanning in rank order). The runner asks the control and never switches over
+// control names.
 //
 // Adding a control: one file here defining `std::unique_ptr<Control> make_<name>_control()`, and one
-// line in registry.cpp.
+// line in registry.cpp; a mixer's controls are declared by the mixer (Mixer::controls,
+// kernels/mixers/mixer.hpp) and registered from the mixer registry (mixer_fault.cpp).
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,10 +30,8 @@ struct ControlSite {
 // The case a control is asked to show its fault in.
 struct ControlCase {
   int64_t cp = 1;
-  bool has_ssm = false;            // the model has Mamba layers
-  bool ssm_state_passing = false;  // they run state-passing CP (else hidden-parallel)
-  bool has_gdn = false;            // the model has Gated DeltaNet layers
-  bool gdn_state_passing = false;  // they run state-passing CP (else head-parallel)
+  // The strategy each mixer with one runs, by mixer name (only the mixers the model has).
+  std::map<std::string, std::string> mixer_strategies;
 };
 
 class Control {
@@ -46,15 +46,11 @@ class Control {
                                                               const ControlSite& /*site*/) const {
     return inner;
   }
-  // True: the Mamba layers scan the all-to-all's rank order as if it were the sequence (the layout's
-  // chunk order is neither undone before the scan nor redone after). Hidden-parallel SSM CP only.
-  [[nodiscard]] virtual bool ssm_scans_rank_order() const { return false; }
-  // True: the last CP rank's Mamba layers ignore the state arriving at their chunks (each chunk scanned
-  // from zero as if it started the sequence). State-passing SSM CP only.
-  [[nodiscard]] virtual bool ssm_drops_incoming_state() const { return false; }
-  // True: the last CP rank's Gated DeltaNet layers ignore the state arriving at their chunks.
-  // State-passing GDN CP only.
-  [[nodiscard]] virtual bool gdn_drops_incoming_state() const { return false; }
+  // The fault planted in the layers of the mixer named `mixer` on `site`'s rank, as that mixer's step
+  // context reads it (CpStepInputs::fault); "" = none.
+  [[nodiscard]] virtual std::string mixer_fault(const std::string& /*mixer*/, const ControlSite& /*site*/) const {
+    return "";
+  }
   // Why the fault cannot show in `where` ("" when it can): such a case is skipped rather than failed.
   [[nodiscard]] virtual std::string cannot_show(const ControlCase& /*where*/) const { return ""; }
 };

@@ -8,18 +8,16 @@ namespace cpbench {
 std::unique_ptr<Control> make_local_only_control();
 std::unique_ptr<Control> make_perturbed_control();
 std::unique_ptr<Control> make_grad_dropped_control();
-std::unique_ptr<Control> make_ssm_rank_order_control();
-std::unique_ptr<Control> make_ssm_state_dropped_control();
-std::unique_ptr<Control> make_gdn_state_dropped_control();
+// Every registered mixer's own controls (Mixer::controls), after these.
+std::vector<std::unique_ptr<Control>> make_mixer_controls();
 
 namespace {
 const std::vector<std::unique_ptr<Control>>& controls() {
   static const std::vector<std::unique_ptr<Control>> all = [] {
     std::vector<std::unique_ptr<Control>> v;
-    for (const auto& make : {make_local_only_control, make_perturbed_control, make_grad_dropped_control,
-                             make_ssm_rank_order_control, make_ssm_state_dropped_control,
-                             make_gdn_state_dropped_control})
+    for (const auto& make : {make_local_only_control, make_perturbed_control, make_grad_dropped_control})
       v.push_back(make());
+    for (auto& c : make_mixer_controls()) v.push_back(std::move(c));
     return v;
   }();
   return all;

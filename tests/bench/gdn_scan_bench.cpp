@@ -1,5 +1,5 @@
 // Gated delta rule micro-benchmark (Google Benchmark): the Gated DeltaNet layer's chunked WY / UT form
-// against the token-by-token recurrence (harness/model/gdn_scan.hpp), forward pass, float32 on CPU.
+// against the token-by-token recurrence (kernels/mixers/gdn/gdn_scan.hpp), forward pass, float32 on CPU.
 //   BM_GdnScan/S   one row of S tokens, 2 value heads of Qwen3-Next's dims (dk = dv = 128), unit-norm
 //                  keys, a document reset at S/3. Each iteration times the chunked form (chunk
 //                  kGdnChunk) and the recurrence on the same inputs.
@@ -14,7 +14,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "harness/model/gdn_scan.hpp"
+#include "kernels/mixers/gdn/gdn_scan.hpp"
 
 using namespace cpbench;
 

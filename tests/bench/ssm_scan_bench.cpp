@@ -1,5 +1,5 @@
 // Selective-scan micro-benchmark (Google Benchmark): the Mamba layer's chunked SSD scan against the
-// quadratic form it replaced (harness/model/mamba.hpp), forward pass, float32 on CPU.
+// quadratic form it replaced (kernels/mixers/mamba/mamba.hpp), forward pass, float32 on CPU.
 //   BM_SsmScan/S   one row of S tokens, one head (P = 16, N = 16, G = 1), one document reset at S/3
 //                  and a run of pad slots (dt = 0) at S/2. Each iteration times the chunked scan
 //                  (chunk kSsmChunk) and, where its [S, S] matrices fit (S <= 16384: ~1 GiB each in
@@ -14,7 +14,7 @@
 
 #include <chrono>
 
-#include "harness/model/mamba.hpp"
+#include "kernels/mixers/mamba/mamba.hpp"
 
 using namespace cpbench;
 

@@ -12,7 +12,8 @@ declare -A forbidden=(
   [sharders]="kernels/ harness/ reports/"
   [kernels/comm]="sharders/[a-z_]*\.hpp kernels/attention/ kernels/transports/ harness/ reports/"
   [kernels/attention]="kernels/comm/ kernels/transports/ harness/ reports/"
-  [kernels/transports]="kernels/controls/ harness/ reports/"
+  [kernels/transports]="kernels/controls/ kernels/mixers/ harness/ reports/"
+  [kernels/mixers]="kernels/controls/ kernels/transports/ harness/ reports/"
   [kernels/controls]="harness/ reports/"
   [reports]="sharders/ kernels/ harness/"
 )

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/fs_util.hpp"
+#include "harness/planner/mixer_cost.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/admission.hpp"
 #include "harness/runner/sweep.hpp"
@@ -79,7 +80,7 @@ TEST(Admission, EstimateFollowsTheCase) {
 }
 
 // A hybrid model's attention terms count its attention layers only; its Mamba layers have their own:
-// the chunked scan (no S x S term) and the strategy's memory from the planner (ssm_activation_bytes).
+// the chunked scan (no S x S term) and the strategy's memory from the planner (mixer_activation_bytes).
 TEST(Admission, HybridModelsCountAttentionAndSsmLayersApart) {
   const std::string hybrid = "{preset: tiny-hybrid, ssm: {heads: 4, head_dim: 16, state: 8, groups: 2}}";
   const std::string attention_only = "{preset: tiny, layers: 3}";
@@ -108,8 +109,8 @@ TEST(Admission, HybridModelsCountAttentionAndSsmLayersApart) {
   shape.ssm = h.model.ssm;
   const double layers = term(hm, "SSM layers (hidden_parallel)");
   EXPECT_NEAR(layers,
-              static_cast<double>(plan::ssm_activation_bytes(shape, SsmCpStrategy::hidden_parallel, 1, 4104, 2, 8, 4) +
-                                  plan::ssm_activation_bytes(shape, SsmCpStrategy::hidden_parallel, 1, 4096, 1, 8, 1)),
+              static_cast<double>(plan::mixer_activation_bytes(shape, mixer_for('M'), "hidden_parallel", 1, 4104, 2, 8, 4) +
+                                  plan::mixer_activation_bytes(shape, mixer_for('M'), "hidden_parallel", 1, 4096, 1, 8, 1)),
               1.0);
 }
 

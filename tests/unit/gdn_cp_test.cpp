@@ -1,4 +1,4 @@
-// Gated DeltaNet CP (harness/model/gdn.hpp, gdn_state_passing.hpp): the layer on W ranks as threads over
+// Gated DeltaNet CP (kernels/mixers/gdn/gdn.hpp, gdn_state_passing.hpp): the layer on W ranks as threads over
 // a real Gloo group against the single-rank layer over the same stream, values and every gradient, both
 // strategies on every layout (state passing on every layout whose ranks own chunks; head parallel on all
 // six), W = 2, 3, 4, causal and document masks (documents that start inside a rank's chunk), pads inside
@@ -9,7 +9,7 @@
 
 #include <cstdlib>
 
-#include "harness/model/gdn_state_passing.hpp"
+#include "kernels/mixers/gdn/gdn.hpp"
 #include "harness/runner/scenario.hpp"  // dtype_name
 #include "sharders/core/check.hpp"
 #include "tests/unit/gdn_test_util.hpp"
@@ -19,60 +19,25 @@ using namespace cpbench::gdn_test;
 
 namespace {
 
-double tolerance(at::ScalarType dtype) { return dtype == at::kDouble ? 1e-10 : dtype == at::kFloat ? 1e-4 : 3e-2; }
+using linear_test::Compared;
+using linear_test::tolerance;
 
-struct Compared {
-  double y = 0, proj_grad = 0, param_grad = 0;
-  [[nodiscard]] double worst() const { return std::max({y, proj_grad, param_grad}); }
-};
-
-struct LayerCase {
-  std::string layout;
-  int64_t W;
-  std::string mask;
-  at::ScalarType dtype;
-  GdnCpStrategy strategy = GdnCpStrategy::state_passing;
-};
-
-std::vector<std::vector<int64_t>> docs_for(const std::string& layout) {
-  if (make_layout(layout)->packed()) return {{29, 7, 40, 13}};
-  return {{37, 11, 30, 17}, {52, 20, 23}};
-}
+using LayerCase = linear_test::LayerCase<GdnCpStrategy>;
 
 // Qwen3-Next's proportions at test size: 2 key heads, 4 value heads (two per key head), conv 4, and a
 // chunk of 8 so every rank's stretch spans several chunks of the chunked form.
 GdnConfig test_config() { return GdnConfig{2, 4, 8, 8, 4, 8}; }
 
 Compared check_layer(const LayerCase& k, const GdnConfig& c, bool drop_state = false) {
-  const Laid st = make_stream(k.layout, k.W, docs_for(k.layout));
-  const int64_t R = st.meta.batch(), P = st.g.padded_seq_len;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
-  const auto o = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor proj = at::normal(0.0, 1.0, {R, P, c.in_proj_width()}, gen, o);
-  const at::Tensor wy = at::normal(0.0, 1.0, {R, P, c.value_dim()}, gen, o);
   const GdnParams p = draw_params(c, 5);
-  const MaskSpec mask = MaskSpec::parse(k.mask);
-  GdnCpOptions opt;
-  opt.strategy = k.strategy;
-  opt.drop_incoming_state = drop_state;
-  const LayerRun got = run_cp(st, c, p, proj, wy, mask, k.dtype, opt);
-  const LayerRun ref = run_single(st.meta, c, p, proj, wy, mask, k.dtype);
-  for (int64_t r = 0; r < k.W; ++r)
-    EXPECT_EQ(got.bytes[static_cast<size_t>(r)], got.expected_bytes[static_cast<size_t>(r)])
-        << "rank " << r << ": the layer's count against gdn_cp_costs";
-  EXPECT_GT(got.bytes[0], 0);
-  EXPECT_EQ(got.host_tensors_in_layers, 0) << "a layer built a host tensor (index map or plan) for the device";
-  Compared d;
-  d.y = rel_error(got.y, ref.y);
-  d.proj_grad = rel_error(got.proj_grad, ref.proj_grad);
-  for (size_t i = 0; i < ref.param_grads.size(); ++i)
-    d.param_grad = std::max(d.param_grad, rel_error(got.param_grads[i], ref.param_grads[i]));
-  return d;
+  const GdnCpOptions opt{k.strategy, drop_state};
+  const auto run = [&](const Laid& st, const at::Tensor& proj, const at::Tensor& wy, const MaskSpec& m) {
+    return std::pair{run_cp(st, c, p, proj, wy, m, k.dtype, opt), run_single(st.meta, c, p, proj, wy, m, k.dtype)};
+  };
+  return linear_test::check_case(k.layout, k.W, k.mask, c.in_proj_width(), c.value_dim(), run);
 }
 
-std::string label(const LayerCase& k) {
-  return k.layout + "/W" + std::to_string(k.W) + "/" + k.mask + "/" + dtype_name(k.dtype) + "/" + to_string(k.strategy);
-}
+std::string label(const LayerCase& k) { return linear_test::case_label(k); }
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// The Gated DeltaNet layer on one rank (harness/model/gdn.hpp) against a reference written here from
+// The Gated DeltaNet layer on one rank (kernels/mixers/gdn/gdn.hpp) against a reference written here from
 // the Qwen3-Next definition, head by head: causal depthwise conv and SiLU on q, k, v, L2-normalised q
 // and k, value head h reading key head h / (Hv / Hk), beta = sigmoid(b), g = -exp(A_log) softplus(a +
 // dt_bias), the token-by-token recurrence (gdn_recurrence); the state reset at a document start under

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/model/gdn_cp_costs.hpp"
+#include "kernels/mixers/gdn/gdn_cp_costs.hpp"
 #include "harness/model/hf_config.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/admission.hpp"
@@ -38,20 +38,10 @@ std::string refusal(const std::string& yaml) {
   return "accepted";
 }
 
+// 2 rows of 64 tokens over 4 ranks, 2 key heads x 8, 4 value heads x 16, conv 4, float64, 2 chunks a rank.
 GdnCpShape hand_shape() {
-  GdnCpShape s;
-  s.batch = 2;
-  s.seq_len = 64;
-  s.cp = 4;
-  s.key_heads = 2;
-  s.value_heads = 4;
-  s.key_head_dim = 8;
-  s.value_head_dim = 16;
-  s.conv = 4;
-  s.elem_bytes = 8;
-  s.state_elem_bytes = 8;
-  s.chunks_per_rank = 2;
-  return s;
+  return gdn_cp_shape(GdnConfig{2, 4, 8, 16, 4}, linear_cp_shape(/*rows=*/2, /*seq_len=*/64, /*cp=*/4, /*conv=*/4,
+                                                                 /*elem_bytes=*/8, /*chunks_per_rank=*/2));
 }
 
 }  // namespace
@@ -62,7 +52,7 @@ TEST(GdnModels, Qwen3NextFromItsShippedConfig) {
   ASSERT_EQ(m.mixers.size(), 48u);
   EXPECT_EQ(m.mixers.substr(0, 8), "GGGAGGGA") << "full_attention_interval 4: every fourth layer attention";
   EXPECT_EQ(m.attention_layers(), 12);
-  EXPECT_EQ(m.gdn_layers(), 36);
+  EXPECT_EQ(m.layers_of('G'), 36);
   EXPECT_EQ(m.gdn.key_heads, 16);
   EXPECT_EQ(m.gdn.value_heads, 32);
   EXPECT_EQ(m.gdn.key_head_dim, 128);
@@ -122,11 +112,11 @@ TEST(GdnModels, ScenarioKeysAndTheAxisParseOnceIntoTheCase) {
   EXPECT_EQ(s.model.mixers, "GAG");
   EXPECT_EQ(s.model.gdn.chunk, 16);
   for (const auto& c : s.cases) {
-    EXPECT_EQ(c.gdn_cp, GdnCpStrategy::state_passing);
+    EXPECT_EQ(c.mixer_strategy(mixer_for('G')), "state_passing");
     EXPECT_NE(c.name().find("/gdn_state_passing"), std::string::npos) << c.name();
   }
   const ScenarioSpec dflt = parse_scenario(model + "sweep: {cp: 2}\n", "x.yaml");
-  EXPECT_EQ(dflt.cases[0].gdn_cp, GdnCpStrategy::head_parallel);
+  EXPECT_EQ(dflt.cases[0].mixer_strategy(mixer_for('G')), "head_parallel");
   EXPECT_EQ(dflt.cases[0].name().find("gdn"), std::string::npos);
   const ScenarioSpec qn = parse_scenario(
       "model: {config: qwen3-next-80b-a3b, layers: 4, hidden: 64, heads: 4, kv_heads: 2, vocab: 128, ffn: 64,\n"
@@ -226,7 +216,7 @@ TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
         else EXPECT_EQ(d.ssm.bytes_per_rank, 4 * c.ssm.bytes_per_rank) << c.sharder;
       }
   plan::PlanRequest bad = r;
-  bad.gdn_strategies = {"hidden_parallel"};
+  bad.mixer_strategies["gdn_cp"] = {"hidden_parallel"};
   try {
     (void)plan::make_plan(bad);
     ADD_FAILURE() << "an unknown GDN strategy was planned";
@@ -243,7 +233,7 @@ TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
     const RankMemory m = estimate_rank_memory(s, c, 0, true);
     bool found = false;
     for (const auto& t : m.terms)
-      if (t.what == std::string("GDN layers (") + to_string(c.gdn_cp) + ")") {
+      if (t.what == std::string("GDN layers (") + c.mixer_strategy(mixer_for('G')) + ")") {
         found = true;
         EXPECT_GT(t.bytes, 0);
       }

@@ -1,4 +1,4 @@
-// The gated delta rule (harness/model/gdn_scan.hpp): the chunked WY / UT form the layer runs against
+// The gated delta rule (kernels/mixers/gdn/gdn_scan.hpp): the chunked WY / UT form the layer runs against
 // the token-by-token recurrence in float64 (values, final state and every gradient, at chunk lengths
 // that do and do not divide the row, with document resets at and away from chunk boundaries, with an
 // initial state), the recurrence itself against two tokens worked out by hand, resets against a
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "harness/model/gdn_scan.hpp"
+#include "kernels/mixers/gdn/gdn_scan.hpp"
 #include "sharders/core/check.hpp"
 
 using namespace cpbench;

@@ -154,7 +154,7 @@ TEST(HfConfig, NemotronHPatternAndMamba2Fields) {
   EXPECT_EQ(n.mlp_layers, 24);
   EXPECT_EQ(std::vector<int64_t>({n.hidden, n.heads, n.kv_heads, n.head_dim, n.ffn, n.vocab}),
             std::vector<int64_t>({4096, 32, 8, 128, 21504, 131072}));  // head_dim from attention_head_dim
-  EXPECT_EQ(std::vector<int64_t>({n.ssm.heads, n.ssm.head_dim, n.ssm.state, n.ssm.groups, n.ssm.conv, n.ssm_chunk}),
+  EXPECT_EQ(std::vector<int64_t>({n.ssm.heads, n.ssm.head_dim, n.ssm.state, n.ssm.groups, n.ssm.conv, n.ssm.chunk}),
             std::vector<int64_t>({128, 64, 128, 8, 4, 128}));
   EXPECT_EQ(n.ssm.d_inner(), 2 * n.hidden);  // expand 2
   EXPECT_EQ(n.ssm_kind, "mamba2");
@@ -164,7 +164,7 @@ TEST(HfConfig, NemotronHPatternAndMamba2Fields) {
   EXPECT_EQ(m.attention_layers(), 0);
   EXPECT_EQ(m.mlp_layers, 0);
   EXPECT_EQ(std::vector<int64_t>({m.hidden, m.ssm.heads, m.ssm.head_dim, m.ssm.state, m.ssm.groups, m.ssm.conv,
-                                  m.ssm_chunk, m.vocab}),
+                                  m.ssm.chunk, m.vocab}),
             std::vector<int64_t>({2560, 80, 64, 128, 1, 4, 256, 50288}));
 
   // An MoE entry (Nemotron-3 style E) counts as an MLP block and needs the expert fields.

@@ -1,4 +1,4 @@
-// The Mamba mixer (harness/model/mamba.hpp): the chunked scan the layer uses against the quadratic form
+// The Mamba mixer (kernels/mixers/mamba/mamba.hpp): the chunked scan the layer uses against the quadratic form
 // and the plain recurrence (values and gradients, resets inside chunks and at chunk boundaries, pad
 // slots, a length no multiple of the chunk, every dtype), the quadratic form against the recurrence,
 // the recurrence against a scalar loop written out by hand, the conv window and scan resets at
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/model/mamba.hpp"
+#include "kernels/mixers/mamba/mamba.hpp"
 #include "harness/model/model.hpp"
 #include "harness/runner/scenario.hpp"
 #include "sharders/core/check.hpp"
@@ -211,14 +211,14 @@ TEST(SsmPlan, ConvWindowSkipsPadSlotsAndRestartsAtDocuments) {
   m.segment = at::zeros({1, 6}, at::kLong);
   m.doc = at::tensor({0, 0, 0, 0, 1, 1}, at::kLong).unsqueeze(0);
   m.valid = at::tensor({1, 1, 0, 1, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0);
-  const SsmPlan doc = make_ssm_plan(m, true, 3, at::kDouble, at::kCPU);
+  const ScanPlan doc = make_scan_plan(m, true, 3, at::kDouble, at::kCPU);
   const int64_t Z = 6;  // the zero row of row 0 ([R * (L + 1)] rows)
   const std::vector<int64_t> want = {Z, Z, 0, Z, 0, 1, Z, Z, Z, 0, 1, 3, Z, Z, 4, Z, 4, 5};
   EXPECT_EQ(std::vector<int64_t>(doc.conv_src.data_ptr<int64_t>(), doc.conv_src.data_ptr<int64_t>() + 18), want);
   EXPECT_EQ(doc.group[0][3].item<int64_t>(), doc.group[0][0].item<int64_t>());
   EXPECT_NE(doc.group[0][4].item<int64_t>(), doc.group[0][3].item<int64_t>());
   // A causal mask does not separate documents: the window runs on across the document start.
-  const SsmPlan causal = make_ssm_plan(m, false, 3, at::kDouble, at::kCPU);
+  const ScanPlan causal = make_scan_plan(m, false, 3, at::kDouble, at::kCPU);
   EXPECT_EQ(causal.conv_src[4 * 3 + 0].item<int64_t>(), 1);
   EXPECT_EQ(causal.conv_src[4 * 3 + 1].item<int64_t>(), 3);
   EXPECT_EQ(causal.group[0][4].item<int64_t>(), causal.group[0][3].item<int64_t>());
@@ -284,7 +284,7 @@ TEST(SsmConfigTest, CpConstraintsNameBothNumbers) {
 TEST(SsmConfigTest, MixersAndPresets) {
   ModelConfig m = ModelConfig::preset_named("tiny-hybrid");
   EXPECT_EQ(m.mixers, "MAM");
-  EXPECT_TRUE(m.has_ssm());
+  EXPECT_TRUE(m.has(mixer_for('M')));
   EXPECT_NO_THROW(m.validate());
   m.mixers = "MA";
   try {
@@ -321,16 +321,17 @@ TEST(SsmLayer, HybridModelGivesEverySsmParameterAGradient) {
   const int64_t S = 24;
   at::Tensor ids = at::randint(1, c.vocab, {2, S}, at::kLong), pos = at::arange(S).unsqueeze(0).repeat({2, 1});
   TokenMeta m{pos, at::zeros({2, S}, at::kLong), at::zeros({2, S}, at::kLong), at::ones({2, S}, at::kBool)};
-  const SsmStepContext ctx = single_rank_ssm_context(m, MaskSpec::parse("causal"), c.ssm, at::kDouble, at::kCPU);
+  const MixerContexts ctx{{'M', std::make_shared<SsmStepContext>(single_rank_ssm_context(
+                                     m, MaskSpec::parse("causal"), c.ssm, at::kDouble, at::kCPU))}};
   AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return at::scaled_dot_product_attention(q, k.repeat_interleave(q.size(1) / k.size(1), 1),
                                             v.repeat_interleave(q.size(1) / v.size(1), 1), {}, 0.0, true);
   };
-  const int64_t built = ssm_host_tensors_built();
-  ModelOutput out = model->forward(ids, std::nullopt, pos, attn, &ctx);
+  const int64_t built = linear_host_tensors_built();
+  ModelOutput out = model->forward(ids, std::nullopt, pos, attn, ctx);
   out.logits.sum().backward();
   // Issue 19: the layers' index tensors come with the step's context, never from the host per layer.
-  EXPECT_EQ(ssm_host_tensors_built(), built) << "a Mamba layer built a host tensor for the device";
+  EXPECT_EQ(linear_host_tensors_built(), built) << "a Mamba layer built a host tensor for the device";
   for (const auto& p : model->named_parameters()) {
     if (p.key().find("layer0_") != 0 && p.key().find("layer2_") != 0) continue;
     ASSERT_TRUE(p.value().grad().defined()) << p.key();

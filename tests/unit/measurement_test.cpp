@@ -13,7 +13,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "harness/model/section_clock.hpp"
+#include "kernels/mixers/section_clock.hpp"
 #include "harness/runner/case_metrics.hpp"
 #include "harness/runner/comm_bench.hpp"
 #include "harness/runner/device_peaks.hpp"
@@ -205,18 +205,22 @@ TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_EQ(p->wrap(inner, {0, 2, at::kFloat}), inner) << "rank 0 of 2 is left alone";
   EXPECT_NE(p->wrap(inner, {1, 2, at::kFloat}), inner);
   EXPECT_EQ(p->wrap(inner, {1, 2, at::kFloat})->name(), "allgather") << "a decorator keeps the transport's name";
-  EXPECT_TRUE(find_control("ssm_rank_order")->ssm_scans_rank_order());
-  EXPECT_FALSE(find_control("ssm_rank_order")->cannot_show({2, false, false}).empty());
-  EXPECT_TRUE(find_control("ssm_rank_order")->cannot_show({2, true, false}).empty());
-  EXPECT_FALSE(find_control("ssm_rank_order")->cannot_show({2, true, true}).empty());
-  EXPECT_FALSE(find_control("local_only")->cannot_show({1, false, false}).empty());
+  // The Mamba controls plant their faults through the mixer's own context (every rank, or the last one).
+  const ControlCase no_ssm{2, {}}, hidden{2, {{"mamba", "hidden_parallel"}}}, passing{2, {{"mamba", "state_passing"}}};
+  const Control* rank_order = find_control("ssm_rank_order");
+  EXPECT_EQ(rank_order->mixer_fault("mamba", {0, 2, at::kDouble}), "scans_rank_order");
+  EXPECT_EQ(rank_order->mixer_fault("gdn", {0, 2, at::kDouble}), "") << "a fault reaches its own mixer only";
+  EXPECT_FALSE(rank_order->cannot_show(no_ssm).empty());
+  EXPECT_TRUE(rank_order->cannot_show(hidden).empty());
+  EXPECT_FALSE(rank_order->cannot_show(passing).empty());
+  EXPECT_FALSE(find_control("local_only")->cannot_show({1, {}}).empty());
   const Control* dropped = find_control("ssm_state_dropped");
-  EXPECT_TRUE(dropped->ssm_drops_incoming_state());
-  EXPECT_FALSE(dropped->ssm_scans_rank_order());
-  EXPECT_TRUE(dropped->cannot_show({2, true, true}).empty());
-  EXPECT_FALSE(dropped->cannot_show({2, true, false}).empty()) << "hidden-parallel has no incoming state to drop";
-  EXPECT_FALSE(dropped->cannot_show({1, true, true}).empty());
-  EXPECT_FALSE(dropped->cannot_show({2, false, true}).empty());
+  EXPECT_EQ(dropped->mixer_fault("mamba", {1, 2, at::kDouble}), "drops_incoming_state");
+  EXPECT_EQ(dropped->mixer_fault("mamba", {0, 2, at::kDouble}), "") << "the last rank only";
+  EXPECT_TRUE(dropped->cannot_show(passing).empty());
+  EXPECT_FALSE(dropped->cannot_show(hidden).empty()) << "hidden-parallel has no incoming state to drop";
+  EXPECT_FALSE(dropped->cannot_show({1, {{"mamba", "state_passing"}}}).empty());
+  EXPECT_FALSE(dropped->cannot_show(no_ssm).empty());
   for (const auto& name : known_controls()) EXPECT_EQ(find_control(name)->layout(), "load_balanced") << name;
 }
 

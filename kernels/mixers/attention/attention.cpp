@@ -1,0 +1,65 @@
+// The `A` mixer: GQA attention with RoPE (mRoPE when the model's position_ids are [C, B, S]) through the
+// model's attention hook point. Its CP strategies are the transports (kernels/transports/, the scenario's
+// `transport` axis): the AttentionFn a step passes is the case's transport, or the single-rank reference.
+//
+// Layer: h = RMSNorm(x); q, k, v = h W_q, h W_k, h W_v per head; RoPE on q and k; a = attention(q, k, v);
+// out = a W_o. Parameters: attn_norm [hidden], wq [Hq*D, hidden], wk, wv [Hkv*D, hidden], wo [hidden, Hq*D].
+#include <cmath>
+
+#include "kernels/mixers/mixer.hpp"
+#include "kernels/mixers/norm.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+namespace {
+
+// Rotate-half RoPE on x [B, H, S, D].
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+class AttentionLayer final : public MixerLayer {
+ public:
+  explicit AttentionLayer(const LayerInit& in) : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim) {
+    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
+    norm_ = in.ones("attn_norm", in.hidden);
+    wq_ = in.normal("wq", {heads_ * head_dim_, in.hidden}, s_in);
+    wk_ = in.normal("wk", {kv_heads_ * head_dim_, in.hidden}, s_in);
+    wv_ = in.normal("wv", {kv_heads_ * head_dim_, in.hidden}, s_in);
+    wo_ = in.normal("wo", {in.hidden, heads_ * head_dim_}, s_in);
+  }
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
+             "model: no attention function at the SDPA hook point");
+    const int64_t B = x.size(0), S = x.size(1), D = head_dim_;
+    const at::Tensor h = rms_norm(x, norm_);
+    at::Tensor q = at::linear(h, wq_).view({B, S, heads_, D}).transpose(1, 2);
+    at::Tensor k = at::linear(h, wk_).view({B, S, kv_heads_, D}).transpose(1, 2);
+    const at::Tensor v = at::linear(h, wv_).view({B, S, kv_heads_, D}).transpose(1, 2).contiguous();
+    q = apply_rope(q, step.rope_cos, step.rope_sin).contiguous();
+    k = apply_rope(k, step.rope_cos, step.rope_sin).contiguous();
+    const at::Tensor a = (*step.attention)(q, k, v);
+    return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * D}), wo_);
+  }
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  at::Tensor norm_, wq_, wk_, wv_, wo_;
+};
+
+class AttentionMixer final : public Mixer {
+ public:
+  AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "", ""}) {}
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& /*configs*/,
+                                                       const LayerInit& init) const override {
+    return std::make_unique<AttentionLayer>(init);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_attention_mixer() { return std::make_unique<AttentionMixer>(); }
+
+}  // namespace cpbench

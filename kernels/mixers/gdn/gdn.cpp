@@ -1,0 +1,169 @@
+#include "kernels/mixers/gdn/gdn.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/mixers/linear/state_passing.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+void GdnConfig::validate() const {
+  CP_CHECK_USAGE(key_heads >= 1, "model.gdn.key_heads: expected a positive integer, got ", key_heads);
+  CP_CHECK_USAGE(value_heads >= 1 && value_heads % key_heads == 0, "model.gdn.value_heads: ", value_heads,
+                 " must be a positive multiple of model.gdn.key_heads ", key_heads,
+                 " (value heads share key heads in groups)");
+  CP_CHECK_USAGE(key_head_dim >= 1, "model.gdn.key_head_dim: expected a positive integer, got ", key_head_dim);
+  CP_CHECK_USAGE(value_head_dim >= 1, "model.gdn.value_head_dim: expected a positive integer, got ", value_head_dim);
+  CP_CHECK_USAGE(conv >= 1, "model.gdn.conv: expected a positive integer, got ", conv);
+  CP_CHECK_USAGE(chunk >= 1, "model.gdn.chunk: expected a positive integer, got ", chunk);
+}
+
+std::vector<ConfigField> GdnConfig::fields() {
+  return {{"key_heads", &key_heads}, {"value_heads", &value_heads}, {"key_head_dim", &key_head_dim},
+          {"value_head_dim", &value_head_dim}, {"conv", &conv}, {"chunk", &chunk}};
+}
+
+std::string GdnConfig::cp_unsupported_reason(int64_t cp) const {
+  if (value_heads % cp != 0)
+    return detail::concat("model.gdn.value_heads ", value_heads, " is not divisible by cp ", cp,
+                          " (head-parallel CP gives every rank value_heads/cp heads)");
+  if (key_heads < cp ? cp % key_heads != 0 : key_heads % cp != 0)
+    return detail::concat("model.gdn.key_heads ", key_heads, " and cp ", cp,
+                          ": one must divide the other (key heads are split over, or replicated across, the ranks; "
+                          "a split inside a key head would cut its dk contraction)");
+  return "";
+}
+
+namespace {
+
+// Channels of `proj` ([q | k | v | z | b | a]) that rank r of W runs: its key heads' q and k, its value
+// heads' v, b and a. With `conv_coords`, the same channels of conv1d ([q | k | v]) without b and a.
+std::vector<int64_t> gdn_rank_channels(const GdnConfig& c, int64_t W, int64_t r, bool conv_coords) {
+  const int64_t Hk = c.key_heads, Hv = c.value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
+  const int64_t hk = Hk >= W ? Hk / W : 1, k0 = Hk >= W ? r * hk : r / (W / Hk);
+  const int64_t hv = Hv / W, v0 = r * hv;
+  std::vector<int64_t> idx;
+  const auto range = [&](int64_t start, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
+  };
+  range(k0 * dk, hk * dk);                          // q
+  range(c.key_dim() + k0 * dk, hk * dk);            // k
+  range(2 * c.key_dim() + v0 * dv, hv * dv);        // v
+  if (conv_coords) return idx;
+  const int64_t ba = c.conv_channels() + c.value_dim();  // after z
+  range(ba + v0, hv);                                // b
+  range(ba + Hv + v0, hv);                           // a
+  return idx;
+}
+
+GdnCpShape gdn_layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
+  return gdn_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
+}
+
+at::Tensor gdn_l2_normalize(const at::Tensor& x) { return x * at::rsqrt((x * x).sum(-1, true) + 1e-6); }
+
+}  // namespace
+
+namespace {
+LinearLayerSpec gdn_spec(const GdnConfig& c) {
+  return {"gdn", c.conv, c.chunk, c.value_heads,
+          [&c](int64_t W, int64_t q, bool conv_coords) { return gdn_rank_channels(c, W, q, conv_coords); },
+          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
+}
+}  // namespace
+
+GdnStepContext single_rank_gdn_context(const TokenMeta& meta, const MaskSpec& mask, const GdnConfig& config,
+                                       at::ScalarType dtype, const at::Device& device) {
+  GdnStepContext ctx;
+  fill_single_rank_context(ctx, gdn_spec(config), meta, mask, dtype, device);
+  ctx.shape = gdn_layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
+  return ctx;
+}
+
+GdnStepContext cp_gdn_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
+                              const MaskSpec& mask, const GdnConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const GdnCpOptions& options) {
+  GdnStepContext ctx;
+  ctx.strategy = options.strategy;
+  ctx.shape = gdn_layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
+  const LinearCpRequest request{options.strategy == GdnCpStrategy::state_passing, options.drop_incoming_state, true};
+  ctx.shape.chunks_per_rank =
+      fill_cp_context(ctx, gdn_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
+  return ctx;
+}
+
+GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, const at::Tensor& valid,
+                              const at::Tensor& conv_w, const at::Tensor& dt_bias, const at::Tensor& A_log, int64_t hk,
+                              int64_t hv, int64_t dk, int64_t dv, at::ScalarType ct) {
+  const int64_t R = taps.size(0), L = taps.size(1), kd = hk * dk;
+  CP_CHECK(taps.dim() == 4 && taps.size(3) == 2 * kd + hv * dv && ba.size(2) == 2 * hv && hv % hk == 0,
+           "gdn: taps ", shape_str(taps.sizes()), " and [b | a] ", shape_str(ba.sizes()), " for ", hk, " key heads x ",
+           dk, " and ", hv, " value heads x ", dv);
+  const at::Tensor x = at::silu((taps.to(ct) * conv_w.to(ct).t().unsqueeze(0).unsqueeze(0)).sum(2));
+  GdnScanInputs in;
+  // Value head i reads key head i / (hv / hk): each key head's q and k repeated for its value heads.
+  const int64_t per_key = hv / hk;
+  in.q = (gdn_l2_normalize(x.narrow(2, 0, kd).reshape({R, L, hk, dk})) / std::sqrt(static_cast<double>(dk)))
+             .repeat_interleave(per_key, 2);
+  in.k = gdn_l2_normalize(x.narrow(2, kd, kd).reshape({R, L, hk, dk})).repeat_interleave(per_key, 2);
+  in.v = x.narrow(2, 2 * kd, hv * dv).reshape({R, L, hv, dv});
+  // Pad slots get g = beta = 0: the state passes them unchanged.
+  const at::Tensor keep = valid.to(ct).unsqueeze(-1);
+  in.beta = at::sigmoid(ba.narrow(2, 0, hv).to(ct)) * keep;
+  in.g = -at::exp(A_log.to(ct)) * at::softplus(ba.narrow(2, hv, hv).to(ct) + dt_bias.to(ct)) * keep;
+  return in;
+}
+
+at::Tensor gdn_gated_norm(const at::Tensor& o, const at::Tensor& z, const at::Tensor& norm_w, const GdnConfig& c) {
+  const int64_t R = o.size(0), L = o.size(1), Hv = c.value_heads, dv = c.value_head_dim;
+  CP_CHECK(o.dim() == 3 && o.size(2) == Hv * dv && z.sizes() == o.sizes(), "gdn: gated norm of o ",
+           shape_str(o.sizes()), " with z ", shape_str(z.sizes()), ", expected [R, L, ", Hv * dv, "]");
+  const at::ScalarType ct = recurrence_dtype(o.scalar_type());
+  const at::Tensor h = o.to(ct).view({R, L, Hv, dv});
+  const at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * norm_w.to(ct) *
+                       at::silu(z.to(ct).view({R, L, Hv, dv}));
+  return y.reshape({R, L, Hv * dv}).to(o.scalar_type());
+}
+
+namespace {
+
+// Head-parallel (and one rank): the whole stream for this rank's heads.
+at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
+                                 const GdnStepContext& ctx) {
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
+  const std::string why = c.cp_unsupported_reason(W);
+  CP_CHECK(why.empty(), "gdn: ", why, " (rank ", r, ")");
+  const int64_t S_local = proj.size(1);
+  const int64_t hk = c.key_heads >= W ? c.key_heads / W : 1, hv = c.value_heads / W;
+  const int64_t dk = c.key_head_dim, dv = c.value_head_dim;
+
+  const at::Tensor mine = channel_parallel_gather(proj, ctx, "gdn_a2a", "gdn");  // [R, L, channels]
+  const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
+  const int64_t cc = 2 * hk * dk + hv * dv;
+  const at::Tensor taps = conv_taps(mine.narrow(2, 0, cc).to(ct), ctx.plan, c.conv);
+  const GdnScanInputs in = gdn_scan_inputs(taps, mine.narrow(2, cc, 2 * hv), ctx.plan.valid,
+                                           params.conv_w.index_select(0, ctx.conv_channels),
+                                           params.dt_bias.index_select(0, ctx.heads),
+                                           params.A_log.index_select(0, ctx.heads), hk, hv, dk, dv, ct);
+  const at::Tensor o = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, ctx.plan.group, ctx.chunk)
+                           .o.reshape({mine.size(0), mine.size(1), hv * dv})
+                           .to(st);
+  at::Tensor out = channel_parallel_return(o, ctx, "gdn_a2a");  // [R, S_local, Hv*dv]
+  CP_CHECK(out.size(1) == S_local && out.size(2) == c.value_dim(), "gdn: output ", shape_str(out.sizes()), " (rank ",
+           r, ")");
+  return out;
+}
+
+}  // namespace
+
+at::Tensor gdn_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
+                       const GdnStepContext& ctx) {
+  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "gdn: proj ", shape_str(proj.sizes()),
+           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
+  if (ctx.strategy == GdnCpStrategy::state_passing) return gdn_state_passing_forward(proj, params, c, ctx);
+  return head_parallel_forward(proj, params, c, ctx);
+}
+
+}  // namespace cpbench

@@ -1,0 +1,83 @@
+#include "kernels/mixers/gdn/gdn_cp_costs.hpp"
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+namespace {
+constexpr StrategyNames<GdnCpStrategy, 2> kGdnStrategies{
+    {{GdnCpStrategy::head_parallel, "head_parallel"}, {GdnCpStrategy::state_passing, "state_passing"}}};
+}  // namespace
+
+const char* to_string(GdnCpStrategy strategy) { return strategy_name(kGdnStrategies, strategy); }
+std::optional<GdnCpStrategy> parse_gdn_cp_strategy(const std::string& name) {
+  return parse_strategy(kGdnStrategies, name);
+}
+std::vector<std::string> known_gdn_cp_strategies() { return strategy_names(kGdnStrategies); }
+
+namespace {
+
+void check_gdn_shape(const GdnCpShape& s) {
+  CP_CHECK(s.batch >= 1 && s.seq_len >= 0 && s.cp >= 1 && s.key_heads >= 1 && s.value_heads >= 1 &&
+               s.key_head_dim >= 1 && s.value_head_dim >= 1 && s.conv >= 1 && s.elem_bytes >= 1 &&
+               s.state_elem_bytes >= 1 && s.chunks_per_rank >= 1,
+           "gdn_cp_costs: a size is not positive: batch ", s.batch, " seq_len ", s.seq_len, " cp ", s.cp,
+           " key_heads ", s.key_heads, " value_heads ", s.value_heads, " key_head_dim ", s.key_head_dim,
+           " value_head_dim ", s.value_head_dim, " conv ", s.conv, " elem_bytes ", s.elem_bytes,
+           " state_elem_bytes ", s.state_elem_bytes, " chunks_per_rank ", s.chunks_per_rank);
+  CP_CHECK(s.seq_len % s.cp == 0, "gdn_cp_costs: seq_len ", s.seq_len, " is not a multiple of cp ", s.cp);
+  CP_CHECK(s.value_heads % s.key_heads == 0, "gdn_cp_costs: key_heads ", s.key_heads, " do not divide value_heads ",
+           s.value_heads);
+}
+
+int64_t pair_block(const GdnCpShape& s) {
+  return s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * (s.key_head_dim + s.value_head_dim) *
+         s.state_elem_bytes;
+}
+
+}  // namespace
+
+GdnCpShape gdn_cp_shape(const GdnConfig& c, const LinearCpShape& shared) {
+  return {shared, c.key_heads, c.value_heads, c.key_head_dim, c.value_head_dim};
+}
+
+int64_t GdnCpShape::local_key_heads() const {
+  CP_CHECK(value_heads % cp == 0 && (key_heads < cp ? cp % key_heads == 0 : key_heads % cp == 0),
+           "gdn_cp_costs: value_heads ", value_heads, " / key_heads ", key_heads, " cannot be split over cp ", cp,
+           " (head-parallel)");
+  return key_heads >= cp ? key_heads / cp : 1;
+}
+
+int64_t GdnCpShape::head_parallel_channels() const {
+  const int64_t hk = local_key_heads(), hv = value_heads / cp;
+  return 2 * hk * key_head_dim + hv * value_head_dim + 2 * hv;
+}
+
+GdnCpBytes gdn_head_parallel_bytes(const GdnCpShape& s) {
+  check_gdn_shape(s);
+  if (s.cp == 1) return {};
+  return channel_parallel_bytes(s.batch, s.seq_len, s.cp, s.head_parallel_channels(),
+                                s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
+}
+
+GdnCpBytes gdn_state_passing_bytes(const GdnCpShape& s) {
+  check_gdn_shape(s);
+  return state_passing_exchange_bytes(s.cp, pair_block(s), halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes));
+}
+
+GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
+  return strategy == GdnCpStrategy::state_passing ? gdn_state_passing_bytes(s) : gdn_head_parallel_bytes(s);
+}
+
+int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
+  check_gdn_shape(s);
+  if (s.cp == 1) return 0;
+  if (strategy == GdnCpStrategy::head_parallel)
+    return channel_parallel_memory(s.batch, s.seq_len, s.head_parallel_channels(),
+                                   s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
+  return s.cp * (pair_block(s) + halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes)) +
+         s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * s.value_head_dim * s.state_elem_bytes +
+         s.batch * (s.seq_len / s.cp) * s.value_heads * s.key_head_dim * s.state_elem_bytes;
+}
+
+}  // namespace cpbench

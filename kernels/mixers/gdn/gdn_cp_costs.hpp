@@ -1,0 +1,78 @@
+#pragma once
+// The single source of truth for what a Gated DeltaNet layer's context parallelism costs in
+// communication and memory, per rank and per layer, under each GDN CP strategy (kernels/mixers/gdn/gdn.hpp
+// runs them; the `gdn_cp` scenario axis picks one):
+//
+//   head_parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the delta rule (this
+//                  rank's value heads and their key heads, replicated when the key heads do not split),
+//                  one back after it (PyTorch's _context_parallel/_gated_delta.py): bytes grow with S.
+//   state_passing  each rank runs its own chunks from a zero state; one all-gather of every chunk's pair
+//                  (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the accumulator
+//                  dtype) and one all-gather of the K-1 conv inputs at the end of every chunk (the conv
+//                  halo); each rank composes the state arriving at each of its chunks and corrects its
+//                  outputs (flash-linear-attention PR #1221, Megatron-LM #3282): bytes do not grow with S.
+//
+// The layers count what they send and the runner checks the count against these formulas every step;
+// the planner and admission call the same functions. Plain arithmetic on a typed shape, no tensors.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/mixers/gdn/gdn_config.hpp"
+#include "kernels/mixers/linear/linear_costs.hpp"
+
+namespace cpbench {
+
+enum class GdnCpStrategy { head_parallel, state_passing };
+
+// "head_parallel" | "state_passing".
+[[nodiscard]] const char* to_string(GdnCpStrategy strategy);
+// nullopt when `name` is none of known_gdn_cp_strategies().
+[[nodiscard]] std::optional<GdnCpStrategy> parse_gdn_cp_strategy(const std::string& name);
+[[nodiscard]] std::vector<std::string> known_gdn_cp_strategies();
+
+// One GDN layer under CP. Units: tokens, channels, bytes.
+struct GdnCpShape : LinearCpShape {
+  int64_t key_heads = 1;       // Hk (divides Hv: value head h reads key head h / (Hv / Hk))
+  int64_t value_heads = 1;     // Hv
+  int64_t key_head_dim = 1;    // dk
+  int64_t value_head_dim = 1;  // dv
+
+  [[nodiscard]] int64_t key_dim() const { return key_heads * key_head_dim; }
+  [[nodiscard]] int64_t value_dim() const { return value_heads * value_head_dim; }
+  [[nodiscard]] int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }  // [q | k | v]
+  // head_parallel: key heads one rank holds (Hk/W, or 1 replicated key head when Hk < W).
+  [[nodiscard]] int64_t local_key_heads() const;
+  // head_parallel: proj channels one rank receives per token: q and k of its key heads, v, b and a of
+  // its value heads (z stays where it is).
+  [[nodiscard]] int64_t head_parallel_channels() const;
+};
+
+// A layer of `config` on the shared sizes.
+[[nodiscard]] GdnCpShape gdn_cp_shape(const GdnConfig& config, const LinearCpShape& shared);
+
+using GdnCpBytes = LinearCpBytes;
+
+// head_parallel: each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again:
+//   forward = backward = (W-1) * R * S/W * (head_parallel_channels() + Hv/W * dv) * elem_bytes; 2 + 2 calls.
+[[nodiscard]] GdnCpBytes gdn_head_parallel_bytes(const GdnCpShape& s);
+
+// state_passing: an all-gather sends this rank's block to W-1 ranks; its backward returns W-1 blocks:
+//   pairs = chunks_per_rank * R * Hv * dk * (dk + dv) * state_elem_bytes   (transition + contribution)
+//   halo  = chunks_per_rank * R * (K-1) * conv_channels * elem_bytes       (0 and no call when K = 1)
+//   forward = backward = (W-1) * (pairs + halo); 2 + 2 calls (1 + 1 when K = 1). No S in it.
+[[nodiscard]] GdnCpBytes gdn_state_passing_bytes(const GdnCpShape& s);
+
+// The strategy's formula; W = 1 sends nothing.
+[[nodiscard]] GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
+
+// Extra bytes one rank holds per layer for the backward because of CP:
+//   head_parallel  the full sequence for this rank's channels and its output before the return:
+//                  R * S * (head_parallel_channels() + Hv/W * dv) * elem_bytes
+//   state_passing  every rank's pairs and halos (W x the blocks above), the incoming state of each own
+//                  chunk, and the transition readout the correction needs (each own token's dk extra value
+//                  columns per value head: R * S/W * Hv * dk * state_elem_bytes).
+[[nodiscard]] int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
+
+}  // namespace cpbench

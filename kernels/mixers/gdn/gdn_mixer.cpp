@@ -1,0 +1,159 @@
+// The `G` mixer's registry entry: Gated DeltaNet layers (gdn.hpp) with head_parallel or state_passing CP
+// (the `gdn_cp` axis), its negative control and its costs for the planner and admission.
+//
+// Costs of one layer on one rank, P the padded row, s = P / W, Hv value heads, dk / dv head dims, Q the
+// chunk, hidden d, e the element size (docs/planner.md, "Gated DeltaNet layers"):
+//   delta rule FLOPs (fwd)  head_parallel: gdn_scan_flops(P, Q, dk, dv) * P * Hv/W
+//                           state_passing: gdn_scan_flops(s, Q, dk, dv + dk) * s * Hv (the identity
+//                           columns) + 2 dk dv s Hv (the correction) + W * chunks * 2 dk^2 dv Hv (the
+//                           composition); W = 1: gdn_scan_flops(s, Q, dk, dv) * s * Hv
+//   dense FLOPs (fwd)       2 s d in_proj_width + 2 s Hv dv d (out_proj) + 2 K s conv_channels (conv)
+//   bytes                   gdn_cp_bytes (gdn_cp_costs.hpp)
+//   memory                  proj, conv output and o in e, the chunked form's 3 fp32 [tokens, Q] matrices per
+//                           value head, one fp32 state per chunk, + gdn_cp_extra_memory_bytes
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/mixers/gdn/gdn.hpp"
+#include "kernels/mixers/linear/linear_mixer.hpp"
+#include "kernels/mixers/norm.hpp"
+
+namespace cpbench {
+namespace {
+
+class GdnLayer final : public MixerLayer {
+ public:
+  GdnLayer(const GdnConfig& c, const LayerInit& in) : c_(c) {
+    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
+    norm_ = in.ones("gdn_norm", in.hidden);
+    in_proj_ = in.normal("gdn_in_proj", {c.in_proj_width(), in.hidden}, s_in);
+    p_.conv_w = in.normal("gdn_conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
+    // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
+    p_.dt_bias = in.around("gdn_dt_bias", c.value_heads, -3.0, 0.5);
+    p_.A_log = in.around("gdn_A_log", c.value_heads, 0.0, 0.5);
+    p_.norm_w = in.around("gdn_norm_w", c.value_head_dim, 1.0, 0.1);
+    out_proj_ =
+        in.normal("gdn_out_proj", {in.hidden, c.value_dim()}, 1.0 / std::sqrt(static_cast<double>(c.value_dim())));
+  }
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    const auto& ctx = step_context<GdnStepContext>(step, 'G', "Gated DeltaNet");
+    const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
+    const at::Tensor z = proj.narrow(-1, c_.conv_channels(), c_.value_dim());
+    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return gdn_forward(p, p_, c_, ctx); });
+    return at::linear(gdn_gated_norm(o, z, p_.norm_w, c_), out_proj_);
+  }
+
+ private:
+  GdnConfig c_;
+  GdnParams p_;
+  at::Tensor norm_, in_proj_, out_proj_;
+};
+
+GdnCpStrategy gdn_strategy(const std::string& name) {
+  const auto s = parse_gdn_cp_strategy(name);
+  CP_CHECK_USAGE(s.has_value(), "gdn_cp: unknown GDN CP strategy '", name, "'");
+  return *s;
+}
+
+class GdnMixer final : public LinearMixer {
+ public:
+  GdnMixer() : LinearMixer({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp"}) {}
+  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.gdn.fields(); }
+  void validate(const MixerConfigs& c) const override { c.gdn.validate(); }
+  [[nodiscard]] std::vector<std::string> strategies() const override { return known_gdn_cp_strategies(); }
+  [[nodiscard]] std::vector<MixerControl> controls() const override {
+    return {state_dropped_control("gdn_state_dropped", "Gated DeltaNet layers")};
+  }
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
+    return std::make_unique<GdnLayer>(c.gdn, init);
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
+                                                                      const MaskSpec& mask, at::ScalarType dtype,
+                                                                      const at::Device& device) const override {
+    return std::make_shared<GdnStepContext>(single_rank_gdn_context(meta, mask, c.gdn, dtype, device));
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
+                                                             const CpStepInputs& in) const override {
+    GdnCpOptions o;
+    o.strategy = gdn_strategy(in.strategy);
+    o.drop_incoming_state = in.fault == "drops_incoming_state";
+    return std::make_shared<GdnStepContext>(
+        cp_gdn_context(*in.comm, *in.layout, in.all_meta, in.mask, c.gdn, in.dtype, in.device, in.nvtx, o));
+  }
+  [[nodiscard]] std::string plan_layers_name() const override { return description(); }
+  [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
+    const GdnConfig& c = configs.gdn;
+    return "GDN " + std::to_string(c.key_heads) + " key / " + std::to_string(c.value_heads) + " value heads x " +
+           std::to_string(c.key_head_dim) + " / " + std::to_string(c.value_head_dim) + ", conv " +
+           std::to_string(c.conv) + ", chunk " + std::to_string(c.chunk);
+  }
+  [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  // Weights; what each layer keeps under the strategy (layers_term: proj, conv output, o, the chunked
+  // form's intra-chunk matrices, one state per chunk, the strategy's buffers), the reference rank's too.
+  [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
+                                                          const MemoryQuery& q) const override {
+    const GdnConfig& c = configs.gdn;
+    const double L = static_cast<double>(q.layers), H = q.hidden, Hv = static_cast<double>(c.value_heads);
+    const double Q = static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(c.chunk, static_cast<int64_t>(q.seq_len))));
+    const double guess = L * q.batch * q.local_len * q.cp *
+                         (static_cast<double>(c.in_proj_width() + c.conv_channels()) + Hv * Q +
+                          static_cast<double>(c.value_heads * c.key_head_dim * c.value_head_dim)) * q.accum_bytes;
+    return {{"GDN weights", furthest_key({{"model.hidden", q.hidden_ratio}, {"model.layers", q.layers_ratio}}),
+             3 * L *
+                 (static_cast<double>(c.in_proj_width()) * H + static_cast<double>(c.conv_channels() * c.conv) +
+                  2 * Hv + static_cast<double>(c.value_head_dim) + H * static_cast<double>(c.value_dim()) + H) *
+                 q.elem_bytes},
+            layers_term(configs, q,
+                        furthest_key({{"batch.seq_len", q.seq_ratio}, {"batch.batch_size", q.batch_ratio},
+                                      {"model.gdn.value_heads", Hv / 4}}),
+                        guess)};
+  }
+ protected:
+  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
+    const GdnConfig& c = configs.gdn;
+    return {c.in_proj_width(), c.value_dim(), c.conv, c.conv_channels(), c.chunk};
+  }
+  [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    const GdnConfig& c = configs.gdn;
+    const int64_t W = q.cp, P = q.seq_len, s = P / W;
+    const double Hv = static_cast<double>(c.value_heads), dk = static_cast<double>(c.key_head_dim);
+    const double dv = static_cast<double>(c.value_head_dim), tokens = static_cast<double>(s);
+    if (gdn_strategy(strategy) == GdnCpStrategy::head_parallel)
+      return gdn_scan_flops(P, c.chunk, c.key_head_dim, c.value_head_dim) * static_cast<double>(P) * Hv /
+             static_cast<double>(W);
+    if (W == 1) return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim) * tokens * Hv;
+    return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim + c.key_head_dim) * tokens * Hv +
+           2 * dk * dv * tokens * Hv + static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dk * dk * dv * Hv;
+  }
+  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
+                                       const LayerCostQuery& q) const override {
+    return gdn_cp_bytes(gdn_strategy(strategy), shape(configs.gdn, q));
+  }
+  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    return gdn_cp_extra_memory_bytes(gdn_strategy(strategy), shape(configs.gdn, q));
+  }
+  // The chunked form's 3 fp32 [tokens, Q] matrices per value head and one fp32 state per chunk.
+  [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
+                                          int64_t Q) const override {
+    const GdnConfig& c = configs.gdn;
+    return q.rows * s * c.value_heads * Q * 3 * 4 +
+           q.rows * ((s + Q - 1) / Q) * c.value_heads * c.key_head_dim * c.value_head_dim * 4;
+  }
+  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
+    return c.gdn.cp_unsupported_reason(cp);
+  }
+  [[nodiscard]] std::string suffix_prefix() const override { return "/gdn_"; }
+
+ private:
+  static GdnCpShape shape(const GdnConfig& c, const LayerCostQuery& q) {
+    return gdn_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_gdn_mixer() { return std::make_unique<GdnMixer>(); }
+
+}  // namespace cpbench

@@ -1,0 +1,90 @@
+// State-passing context parallelism for the Gated DeltaNet layer (gdn_cp: state_passing; the zigzag
+// state chain of flash-linear-attention PR #1221, Megatron-LM #3282). The sequence stays split as the
+// layout split it; the chunk plan is the Mamba one (make_state_passing_plan, kernels/mixers/linear/state_passing.hpp: the
+// same chunks, stream order, conv sources and halo rows, the same reset and carry masks).
+//
+// Per layer, on each rank:
+//   1. conv: each token's K-1 earlier real tokens of its group; those of another rank come from one
+//      all-gather of every chunk's last K-1 real conv inputs (the halo, [slots, R, K-1, conv_channels]).
+//   2. each own chunk (maximal run of consecutive stream positions) runs the chunked delta rule
+//      (gdn_chunk_scan) from a zero state, with dk extra value columns started from the identity: the
+//      recurrence is linear column by column, so those columns give, at the chunk's end, its transition
+//      T_c (the product over its tokens of exp(g_t)(I - beta_t k_t k_t^T), [Hv, dk, dk]) and, at each token,
+//      its readout r_t = T_{start..t}^T q_t (what the incoming state adds: S_in^T r_t). The value columns
+//      give the contribution C_c (the state after the chunk from a zero start, [Hv, dk, dv]).
+//      T_c is 0 where the chunk holds a reset (a document start) or starts one (the plan's carry mask).
+//   3. one all-gather of every chunk's pair [T_c | C_c] ([slots, R, Hv, dk, dk + dv], in the accumulator
+//      dtype: float32 for bfloat16 / float16 activations).
+//   4. every rank composes along the stream, S_after(c) = T_c S_after(c-1) + C_c, in stream order
+//      (StatePassingPlan::stream_order, not rank order), and takes the state arriving at each own chunk.
+//   5. correction: a token that no reset separates from its chunk's start (the plan's prefix mask) adds
+//      S_in^T r_t.
+// Both all-gathers are all_gather_autograd: their backward reduce-scatters dL/d(pair) and dL/d(halo) to
+// the chunks they came from. Bytes per rank: gdn_cp_costs.hpp (no S in it).
+#include <algorithm>
+#include <vector>
+
+#include "kernels/mixers/gdn/gdn.hpp"
+#include "kernels/mixers/linear/state_passing.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
+                                     const GdnStepContext& ctx) {
+  CP_CHECK(ctx.state_passing != nullptr, "gdn: state passing without its step plan");
+  const StatePassingPlan& sp = *ctx.state_passing;
+  const int64_t W = sp.cp, R = proj.size(0), L = proj.size(1);
+  CP_CHECK(c.conv == sp.conv, "gdn state passing: conv ", c.conv, ", the step's plan has ", sp.conv, " (rank ",
+           sp.rank, ")");
+  const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
+  const int64_t Hk = c.key_heads, Hv = c.value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
+  const int64_t cc = c.conv_channels();
+
+  const at::Tensor taps = state_passing_taps(proj.narrow(2, 0, cc), ctx, "gdn_halo");
+  const GdnScanInputs in = gdn_scan_inputs(taps, proj.narrow(2, cc + c.value_dim(), 2 * Hv), sp.local.valid,
+                                           params.conv_w, params.dt_bias, params.A_log, Hk, Hv, dk, dv, ct);
+  if (W == 1)
+    return gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, sp.local.group, ctx.chunk).o.reshape({R, L, Hv * dv}).to(st);
+
+  // Step 2: each own chunk from zero, with dk identity-started columns for its transition and readout.
+  const auto opts = in.v.options();
+  const at::Tensor start = at::cat({at::zeros({R, Hv, dk, dv}, opts), at::eye(dk, opts).expand({R, Hv, dk, dk})}, -1);
+  std::vector<at::Tensor> outputs, readouts, pairs;
+  for (size_t j = 0; j < sp.chunks.size(); ++j) {
+    const auto& ch = sp.chunks[j];
+    const auto part = [&](const at::Tensor& t) { return t.narrow(1, ch.begin, ch.length); };
+    const at::Tensor v_aug = at::cat({part(in.v), at::zeros({R, ch.length, Hv, dk}, opts)}, -1);
+    const GdnScanResult res = gdn_chunk_scan(part(in.q), part(in.k), v_aug, part(in.g), part(in.beta),
+                                             part(sp.local.group), ctx.chunk, start);
+    outputs.push_back(res.o.narrow(-1, 0, dv));
+    readouts.push_back(res.o.narrow(-1, dv, dk));
+    const at::Tensor carry = sp.carry_keep.select(0, static_cast<int64_t>(j)).to(opts.dtype()).view({R, 1, 1, 1});
+    pairs.push_back(at::cat({res.final_state.narrow(-1, dv, dk) * carry, res.final_state.narrow(-1, 0, dv)}, -1));
+  }
+
+  // Steps 3-4: every chunk's pair, composed in stream order up to this rank's last chunk.
+  const at::Tensor all = gather_chunk_summaries(std::move(pairs), ctx, "gdn_states");  // [W * slots, R, Hv, dk, dk + dv]
+  const std::vector<at::Tensor> incoming = compose_incoming(
+      sp, all, at::zeros({R, Hv, dk, dv}, opts), [dk, dv](const at::Tensor& pair, const at::Tensor& state) {
+        return at::matmul(pair.narrow(-1, 0, dk), state) + pair.narrow(-1, dk, dv);
+      });
+
+  // Step 5: the incoming state's share of each token reached by it.
+  std::vector<at::Tensor> pieces;
+  for (size_t j = 0; j < sp.chunks.size(); ++j) {
+    const auto& ch = sp.chunks[j];
+    at::Tensor o = outputs[j];
+    if (!sp.drop_incoming_state && ch.prefix > 0) {
+      const at::Tensor reach = sp.prefix_keep.narrow(1, ch.begin, ch.length).to(opts.dtype()).view({R, ch.length, 1, 1});
+      o = o + at::einsum("rthk,rhkv->rthv", {readouts[j], incoming[j]}) * reach;
+    }
+    pieces.push_back(o);
+  }
+  // Every rank must run the all-gather's backward (a collective), also one whose chunks receive nothing
+  // (the stream's first chunk, or the negative control): tie the gathered pairs in.
+  const at::Tensor o = at::cat(pieces, 1) + all.sum() * 0;
+  return o.reshape({R, L, Hv * dv}).to(st);
+}
+
+}  // namespace cpbench

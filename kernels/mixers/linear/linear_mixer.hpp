@@ -1,0 +1,121 @@
+#pragma once
+// What the linear-recurrence mixers' registry entries share (Mamba-2's mamba_mixer.cpp, Gated DeltaNet's
+// gdn_mixer.cpp): two CP strategies, a channel-parallel one (the default, named by the mixer) and
+// "state_passing"; the same refusal rule for state passing; a state-dropped negative control; the layer's
+// recurrent section timed by the step's clock. Each supplies its sizes, its layer and its formulas.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "kernels/mixers/linear/scan_plan.hpp"
+#include "kernels/mixers/mixer.hpp"
+#include "kernels/mixers/section_clock.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+inline constexpr const char* kStatePassing = "state_passing";
+
+class LinearMixer : public Mixer {
+ public:
+  using Mixer::Mixer;
+  [[nodiscard]] bool recurrent() const override { return true; }
+  [[nodiscard]] std::string case_suffix(const std::string& strategy) const override {
+    return strategy == strategies().front() ? "" : suffix_prefix() + strategy;
+  }
+  // One layer on one rank: the mixer's recurrence FLOPs, bytes and extra memory, plus what every linear
+  // layer has: dense FLOPs 2 s d in_proj + 2 s out d + 2 K s conv_channels (in_proj, out_proj, conv) and
+  // kept activations R s (in_proj + conv_channels + out) e (proj, the conv's output, the output).
+  [[nodiscard]] LayerCost layer_cost(const MixerConfigs& configs, const std::string& strategy,
+                                     const LayerCostQuery& q) const final {
+    const LinearLayerSizes z = layer_sizes(configs);
+    const int64_t s = q.seq_len / q.cp, Q = std::max<int64_t>(1, std::min(z.chunk, s));
+    const double rows = static_cast<double>(q.rows), d = static_cast<double>(q.hidden);
+    LayerCost out;
+    out.recurrence_flops = rows * recurrence_flops(configs, strategy, q);
+    out.dense_flops = rows * static_cast<double>(s) *
+                      (2 * d * static_cast<double>(z.in_proj_width) + 2 * static_cast<double>(z.out_width) * d +
+                       2 * static_cast<double>(z.conv * z.conv_channels));
+    out.bytes = cp_bytes(configs, strategy, q);
+    out.activation_bytes = q.rows * s * (z.in_proj_width + z.conv_channels + z.out_width) * q.elem_bytes +
+                           working_set_bytes(configs, q, s, Q) + cp_extra_memory(configs, strategy, q);
+    return out;
+  }
+  [[nodiscard]] std::string unsupported_reason(const MixerConfigs& configs, const std::string& strategy,
+                                               const Layout& layout, int64_t cp) const override {
+    if (strategy == kStatePassing) return state_passing_unsupported_reason(layout, cp, strategy_axis());
+    return cp > 1 ? split_reason(configs, cp) : "";
+  }
+
+ protected:
+  struct LinearLayerSizes {
+    int64_t in_proj_width = 0, out_width = 0, conv = 1, conv_channels = 0, chunk = 1;
+  };
+  [[nodiscard]] virtual LinearLayerSizes layer_sizes(const MixerConfigs& configs) const = 0;
+  // Forward FLOPs of the recurrence on one rank for one row (its strategy's own count).
+  [[nodiscard]] virtual double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
+                                                const LayerCostQuery& q) const = 0;
+  // The strategy's bytes per layer and its extra memory (the mixer's formulas).
+  [[nodiscard]] virtual LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
+                                               const LayerCostQuery& q) const = 0;
+  [[nodiscard]] virtual int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
+                                                const LayerCostQuery& q) const = 0;
+  // What the chunked form keeps beyond the activations for s tokens per row in chunks of Q.
+  [[nodiscard]] virtual int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
+                                                  int64_t Q) const = 0;
+  // Why the channel-parallel strategy cannot split the layer over cp ranks ("" when it can).
+  [[nodiscard]] virtual std::string split_reason(const MixerConfigs& configs, int64_t cp) const = 0;
+  // What a case name puts before a non-default strategy ("/" or "/gdn_").
+  [[nodiscard]] virtual std::string suffix_prefix() const = 0;
+  // The "<label> layers (<strategy>)" term: what every layer keeps under the case's strategy (layer_cost's
+  // activation bytes, B rows of the padded row over W ranks, at most 2 (docs + 1) chunks per rank), plus
+  // the reference's over S on one rank; `guess` (a cruder count that cannot overflow) when the sizes are
+  // too large for the integer formulas or the strategy cannot split the layer.
+  [[nodiscard]] MixerMemoryTerm layers_term(const MixerConfigs& configs, const MemoryQuery& q, const std::string& key,
+                                            double guess) const {
+    constexpr double kSafeForIntegerFormulas = 1e15;
+    const auto W = static_cast<int64_t>(q.cp);
+    const bool splits = q.strategy != strategies().front() || W == 1 || split_reason(configs, W).empty();
+    if (guess >= kSafeForIntegerFormulas || !splits) return {label() + " layers", key, guess};
+    const auto activation = [&](int64_t P, int64_t cp, int64_t chunks) {
+      LayerCostQuery lq;
+      lq.hidden = static_cast<int64_t>(q.hidden);
+      lq.seq_len = P;
+      lq.cp = cp;
+      lq.elem_bytes = static_cast<int64_t>(q.elem_bytes);
+      lq.chunks_per_rank = chunks;
+      return static_cast<double>(q.layers * layer_cost(configs, q.strategy, lq).activation_bytes);
+    };
+    const auto P = static_cast<int64_t>(q.local_len * q.cp);
+    const double bytes = q.batch * activation(P, W, 2 * (q.docs + 1)) +
+                         (q.reference_rank ? q.batch * activation(static_cast<int64_t>(q.seq_len), 1, 1) : 0.0);
+    return {label() + " layers (" + q.strategy + ")", key, bytes};
+  }
+  // The control that makes the last rank's layers ignore the state arriving at their chunks.
+  [[nodiscard]] MixerControl state_dropped_control(std::string name, const std::string& layers) const {
+    return {std::move(name), "load_balanced, state-passing " + layers + " on the last rank ignore their incoming state",
+            "drops_incoming_state", kStatePassing, true};
+  }
+};
+
+// A linear layer's recurrent section through the step's clock (when one is set): core(proj).
+template <class Core>
+[[nodiscard]] at::Tensor clocked(const MixerStepContext& ctx, const at::Tensor& proj, Core&& core) {
+  return ctx.clock ? ctx.clock->leave(core(ctx.clock->enter(proj))) : core(proj);
+}
+
+// The step's context of mixer `letter`, as the mixer's own type; throws naming the layer's mixer when the
+// runner passed none.
+template <class Context>
+[[nodiscard]] const Context& step_context(const LayerStep& step, char letter, const char* who) {
+  const auto it = step.contexts ? step.contexts->find(letter) : MixerContexts::const_iterator{};
+  CP_CHECK(step.contexts && it != step.contexts->end() && it->second,
+           "model: a layer with mixer ", std::string(1, letter), " (", who,
+           ") but no context for it was passed to forward");
+  const auto* ctx = dynamic_cast<const Context*>(it->second.get());
+  CP_CHECK(ctx != nullptr, "model: the context passed for mixer ", std::string(1, letter), " (", who,
+           ") is another mixer's");
+  return *ctx;
+}
+
+}  // namespace cpbench

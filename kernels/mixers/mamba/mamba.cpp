@@ -1,0 +1,158 @@
+#include "kernels/mixers/mamba/mamba.hpp"
+
+#include <vector>
+
+#include "kernels/mixers/linear/state_passing.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+void SsmConfig::validate() const {
+  CP_CHECK_USAGE(heads >= 1, "model.ssm.heads: expected a positive integer, got ", heads);
+  CP_CHECK_USAGE(head_dim >= 1, "model.ssm.head_dim: expected a positive integer, got ", head_dim);
+  CP_CHECK_USAGE(state >= 1, "model.ssm.state: expected a positive integer, got ", state);
+  CP_CHECK_USAGE(groups >= 1 && heads % groups == 0, "model.ssm.groups: ", groups, " must divide model.ssm.heads ",
+                 heads);
+  CP_CHECK_USAGE(conv >= 1, "model.ssm.conv: expected a positive integer, got ", conv);
+}
+
+std::string SsmConfig::cp_unsupported_reason(int64_t cp) const {
+  if (heads % cp != 0)
+    return detail::concat("model.ssm.heads ", heads, " is not divisible by cp ", cp,
+                          " (hidden-parallel CP gives every rank heads/cp SSM heads)");
+  if (groups < cp ? cp % groups != 0 : groups % cp != 0)
+    return detail::concat("model.ssm.groups ", groups, " and cp ", cp,
+                          ": one must divide the other (B/C groups are split over, or replicated across, the ranks)");
+  return "";
+}
+
+
+std::vector<ConfigField> SsmConfig::fields() {
+  return {{"heads", &heads}, {"head_dim", &head_dim}, {"state", &state},
+          {"groups", &groups}, {"conv", &conv}, {"chunk", &chunk}};
+}
+
+namespace {
+
+// Channels of `proj` ([z | x | B | C | dt]) that rank q of W scans: its heads' x, its groups' B and C,
+// its heads' dt. With `conv_coords`, the same channels of conv1d ([x | B | C]) without dt.
+std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, bool conv_coords) {
+  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, N = c.state, G = c.groups;
+  const int64_t g_l = G >= W ? G / W : 1;
+  const int64_t g0 = G >= W ? q * g_l : q / (W / G);
+  const int64_t base = conv_coords ? 0 : c.d_inner();  // skip z in proj coordinates
+  std::vector<int64_t> idx;
+  const auto range = [&](int64_t start, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
+  };
+  range(base + q * d_l, d_l);                                    // x
+  range(base + c.d_inner() + g0 * N, g_l * N);                   // B
+  range(base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
+  if (!conv_coords) range(base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
+  return idx;
+}
+
+
+SsmCpShape layer_shape(const SsmConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
+  return ssm_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
+}
+
+}  // namespace
+
+namespace {
+LinearLayerSpec mamba_spec(const SsmConfig& c) {
+  return {"mamba", c.conv, c.chunk, c.heads,
+          [&c](int64_t W, int64_t q, bool conv_coords) { return rank_channels(c, W, q, conv_coords); },
+          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
+}
+}  // namespace
+
+SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, const SsmConfig& config,
+                                       at::ScalarType dtype, const at::Device& device) {
+  SsmStepContext ctx;
+  fill_single_rank_context(ctx, mamba_spec(config), meta, mask, dtype, device);
+  ctx.shape = layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
+  return ctx;
+}
+
+SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder, const TokenMeta& all_meta,
+                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
+  const GlobalLayout& g = sharder.shard_layout().global;
+  CP_CHECK(all_meta.tokens() == g.padded_seq_len, "mamba: gathered metadata has ", all_meta.tokens(),
+           " tokens per row, the shard's stream ", g.padded_seq_len, " (", sharder.who(), ")");
+  return cp_ssm_context(comm, g, all_meta, mask, config, dtype, device, std::move(nvtx), options);
+}
+
+SsmStepContext cp_ssm_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
+                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
+  SsmStepContext ctx;
+  ctx.strategy = options.strategy;
+  ctx.shape = layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
+  const LinearCpRequest request{options.strategy == SsmCpStrategy::state_passing, options.drop_incoming_state,
+                                options.undo_chunk_order};
+  ctx.shape.chunks_per_rank =
+      fill_cp_context(ctx, mamba_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
+  return ctx;
+}
+
+SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_raw, const at::Tensor& valid,
+                               const at::Tensor& conv_w, const at::Tensor& conv_b, const at::Tensor& dt_bias,
+                               const at::Tensor& A_log, const at::Tensor& D, int64_t head_dim, int64_t groups,
+                               int64_t state, at::ScalarType ct) {
+  const int64_t R = taps.size(0), L = taps.size(1), h = dt_raw.size(2), d = h * head_dim, gn = groups * state;
+  const at::Tensor xbc = at::silu((taps.to(ct) * conv_w.to(ct).t().unsqueeze(0).unsqueeze(0)).sum(2) + conv_b.to(ct));
+  SsmScanInputs in;
+  in.x = xbc.narrow(2, 0, d).reshape({R, L, h, head_dim});
+  in.B = xbc.narrow(2, d, gn).reshape({R, L, groups, state});
+  in.C = xbc.narrow(2, d + gn, gn).reshape({R, L, groups, state});
+  // Pad slots get dt = 0: no decay, no input, so the state carries through them unchanged.
+  in.dt = at::softplus(dt_raw.to(ct) + dt_bias.to(ct)) * valid.to(ct).unsqueeze(-1);
+  in.A = -at::exp(A_log.to(ct));
+  in.D = D.to(ct);
+  return in;
+}
+
+namespace {
+
+// Hidden-parallel (and one rank): the whole stream for this rank's channels.
+at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                                   const SsmStepContext& ctx) {
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
+  const std::string why = c.cp_unsupported_reason(W);
+  CP_CHECK(why.empty(), "mamba: ", why, " (rank ", r, ")");
+  const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, g_l = c.groups >= W ? c.groups / W : 1;
+  const int64_t N = c.state, S_local = proj.size(1);
+
+  // Sequence-parallel -> hidden-parallel: block q of the last dim holds rank q's channels.
+  const at::Tensor mine = channel_parallel_gather(proj, ctx, "ssm_a2a", "mamba");  // [R, L, channels]
+  const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
+  const int64_t cc = d_l + 2 * g_l * N;
+  // Causal depthwise conv over each token's earlier real tokens of its group (ScanPlan::conv_src).
+  const at::Tensor taps = conv_taps(mine.narrow(2, 0, cc).to(ct), ctx.plan, c.conv);
+  const SsmScanInputs in = conv_to_scan_inputs(
+      taps, mine.narrow(2, cc, h_l), ctx.plan.valid, params.conv_w.index_select(0, ctx.conv_channels),
+      params.conv_b.index_select(0, ctx.conv_channels), params.dt_bias.index_select(0, ctx.heads),
+      params.A_log.index_select(0, ctx.heads), params.D.index_select(0, ctx.heads), c.head_dim, g_l, N, ct);
+  const at::Tensor y = ssm_scan(in.x, in.dt, in.A, in.B, in.C, in.D, ctx.plan.group, ctx.chunk)
+                           .reshape({mine.size(0), mine.size(1), d_l})
+                           .to(st);
+  at::Tensor out = channel_parallel_return(y, ctx, "ssm_a2a");  // [R, S_local, d_inner]
+  CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
+           " (rank ", r, ")");
+  return out;
+}
+
+}  // namespace
+
+at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                             const SsmStepContext& ctx) {
+  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "mamba: proj ", shape_str(proj.sizes()),
+           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
+  if (ctx.strategy == SsmCpStrategy::state_passing) return mamba_state_passing_forward(proj, params, c, ctx);
+  return hidden_parallel_forward(proj, params, c, ctx);
+}
+
+}  // namespace cpbench

@@ -1,0 +1,172 @@
+// The `M` mixer's registry entry: Mamba-2 layers (mamba.hpp) with hidden_parallel or state_passing CP
+// (the `ssm_cp` axis), its negative controls and its costs for the planner and admission.
+//
+// Costs of one layer on one rank, P the padded row, s = P / W, H heads of dimension Ph, state N, G groups,
+// conv width K, Q the chunk, hidden d, e the element size (docs/planner.md, "SSM layers"):
+//   scan FLOPs (fwd)   hidden_parallel: ssm_scan_flops(P, Q, Ph, N) * P * H/W (every token, its heads)
+//                      state_passing:   ssm_scan_flops(s, Q, Ph, N) * s * H + 2 Ph N * s * H (each token's
+//                                       C times the state arriving at its chunk, the correction)
+//   dense FLOPs (fwd)  2 s d (2 H Ph + 2 G N + H) (in_proj) + 2 s H Ph d (out_proj) + 2 K s (H Ph + 2 G N) (conv)
+//   bytes              ssm_cp_bytes (mamba_cp_costs.hpp)
+//   memory             proj, conv output and y in e: R s (2 H Ph + 2 G N + H + H Ph + 2 G N + H Ph) e, one fp32
+//                      state per chunk: R s/Q H Ph N 4, + ssm_cp_extra_memory_bytes
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/mixers/linear/linear_mixer.hpp"
+#include "kernels/mixers/mamba/mamba.hpp"
+#include "kernels/mixers/norm.hpp"
+
+namespace cpbench {
+namespace {
+
+class MambaLayer final : public MixerLayer {
+ public:
+  MambaLayer(const SsmConfig& c, const LayerInit& in) : c_(c) {
+    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
+    norm_ = in.ones("ssm_norm", in.hidden);
+    in_proj_ = in.normal("in_proj", {c.in_proj_width(), in.hidden}, s_in);
+    p_.conv_w = in.normal("conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
+    p_.conv_b = in.normal("conv_b", {c.conv_channels()}, 0.1);
+    // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
+    p_.dt_bias = in.around("dt_bias", c.heads, -3.0, 0.5);
+    p_.A_log = in.around("A_log", c.heads, 0.0, 0.5);
+    p_.D = in.around("D", c.heads, 1.0, 0.1);
+    out_proj_ = in.normal("out_proj", {in.hidden, c.d_inner()}, 1.0 / std::sqrt(static_cast<double>(c.d_inner())));
+  }
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    const auto& ctx = step_context<SsmStepContext>(step, 'M', "Mamba");
+    const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
+    const at::Tensor z = proj.narrow(-1, 0, c_.d_inner());
+    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return mamba_ssm_forward(p, p_, c_, ctx); });
+    return at::linear(y * at::silu(z), out_proj_);
+  }
+
+ private:
+  SsmConfig c_;
+  SsmParams p_;
+  at::Tensor norm_, in_proj_, out_proj_;
+};
+
+SsmCpStrategy ssm_strategy(const std::string& name) {
+  const auto s = parse_ssm_cp_strategy(name);
+  CP_CHECK_USAGE(s.has_value(), "ssm_cp: unknown SSM CP strategy '", name, "'");
+  return *s;
+}
+
+class MambaMixer final : public LinearMixer {
+ public:
+  MambaMixer() : LinearMixer({'M', "mamba", "SSM", "Mamba", "ssm", "ssm_cp"}) {}
+  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.ssm.fields(); }
+  void validate(const MixerConfigs& c) const override { c.ssm.validate(); }
+  // Shrinking a real model's heads without naming its groups keeps its heads per group.
+  void apply_sizes(MixerConfigs& c, const std::map<std::string, int64_t>& given, bool scaled) const override {
+    const int64_t per_group = std::max<int64_t>(1, c.ssm.heads / std::max<int64_t>(1, c.ssm.groups));
+    LinearMixer::apply_sizes(c, given, scaled);
+    if (scaled && given.count("heads") && !given.count("groups"))
+      c.ssm.groups = std::max<int64_t>(1, c.ssm.heads / per_group);
+  }
+  [[nodiscard]] std::vector<std::string> strategies() const override { return known_ssm_cp_strategies(); }
+  [[nodiscard]] std::vector<MixerControl> controls() const override {
+    return {{"ssm_rank_order", "load_balanced, SSM layers scan in rank order (chunk order not undone)",
+             "scans_rank_order", "hidden_parallel", false},
+            state_dropped_control("ssm_state_dropped", "SSM layers")};
+  }
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
+    return std::make_unique<MambaLayer>(c.ssm, init);
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
+                                                                      const MaskSpec& mask, at::ScalarType dtype,
+                                                                      const at::Device& device) const override {
+    return std::make_shared<SsmStepContext>(single_rank_ssm_context(meta, mask, c.ssm, dtype, device));
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
+                                                             const CpStepInputs& in) const override {
+    SsmCpOptions o;
+    o.strategy = ssm_strategy(in.strategy);
+    o.undo_chunk_order = in.fault != "scans_rank_order";
+    o.drop_incoming_state = in.fault == "drops_incoming_state";
+    return std::make_shared<SsmStepContext>(cp_ssm_context(*in.comm, *in.layout, in.all_meta, in.mask, c.ssm,
+                                                           in.dtype, in.device, in.nvtx, o));
+  }
+  // Forward per token and head from the scan's own count; backward about twice it (its convention).
+  [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
+    return 3.0 * ssm_scan_flops(seq_len, c.ssm.chunk, c.ssm.head_dim, c.ssm.state) * static_cast<double>(c.ssm.heads);
+  }
+  [[nodiscard]] std::string bytes_metric() const override { return "ssm_bytes_per_rank"; }
+  [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
+    const SsmConfig& c = configs.ssm;
+    return "SSM " + std::to_string(c.heads) + " heads x " + std::to_string(c.head_dim) + ", state " +
+           std::to_string(c.state) + ", " + std::to_string(c.groups) + " groups, conv " + std::to_string(c.conv) +
+           ", chunk " + std::to_string(c.chunk);
+  }
+  [[nodiscard]] std::string recurrence_name() const override { return "scan"; }
+  [[nodiscard]] std::string layers_json_key() const override { return "ssm_layers"; }
+  // Weights; the chunked scan's intra-chunk tensors, ~4 of [tokens, Q, heads] per layer (decays, C.B,
+  // their product, the mask) over this rank's token-heads (P/W x H either way), the reference rank's over
+  // S x H too; what each layer keeps under the strategy (layers_term).
+  [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
+                                                          const MemoryQuery& q) const override {
+    const SsmConfig& c = configs.ssm;
+    const double L = static_cast<double>(q.layers), H = q.hidden, Hs = static_cast<double>(c.heads);
+    const double B = q.batch, e = q.elem_bytes, ge = q.accum_bytes, P = q.local_len * q.cp;
+    const double Q = static_cast<double>(std::min<int64_t>(c.chunk, static_cast<int64_t>(q.seq_len)));
+    const double scan = L * B * P / q.cp * Hs * Q * 4 * ge + (q.reference_rank ? L * B * q.seq_len * Hs * Q * 4 * ge : 0.0);
+    const double guess = L * B * P *
+                         (static_cast<double>(c.in_proj_width() + c.conv_channels()) +
+                          static_cast<double>(c.heads * c.head_dim * c.state)) * ge;
+    const std::string tokens = furthest_key({{"batch.seq_len", q.seq_ratio}, {"batch.batch_size", q.batch_ratio}});
+    return {{"SSM weights", furthest_key({{"model.hidden", q.hidden_ratio}, {"model.layers", q.layers_ratio}}),
+             3 * L *
+                 (static_cast<double>(c.in_proj_width()) * H + static_cast<double>(c.conv_channels() * (c.conv + 1)) +
+                  3 * Hs + H * static_cast<double>(c.d_inner()) + H) * e},
+            {"SSM scan (chunked, Q per token and head)",
+             furthest_key({{"batch.seq_len", q.seq_ratio}, {"batch.batch_size", q.batch_ratio}, {"model.ssm.heads", Hs / 4}}),
+             scan},
+            layers_term(configs, q, tokens, guess)};
+  }
+ protected:
+  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
+    const SsmConfig& c = configs.ssm;
+    return {c.in_proj_width(), c.d_inner(), c.conv, c.conv_channels(), c.chunk};
+  }
+  [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    const SsmConfig& c = configs.ssm;
+    const int64_t W = q.cp, P = q.seq_len, s = P / W;
+    const double H = static_cast<double>(c.heads);
+    if (ssm_strategy(strategy) == SsmCpStrategy::hidden_parallel)
+      return ssm_scan_flops(P, c.chunk, c.head_dim, c.state) * static_cast<double>(P) * H / static_cast<double>(W);
+    return ssm_scan_flops(s, c.chunk, c.head_dim, c.state) * static_cast<double>(s) * H +
+           (W > 1 ? 2.0 * static_cast<double>(c.head_dim * c.state) * static_cast<double>(s) * H : 0.0);
+  }
+  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
+                                       const LayerCostQuery& q) const override {
+    return ssm_cp_bytes(ssm_strategy(strategy), shape(configs.ssm, q));
+  }
+  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    return ssm_cp_extra_memory_bytes(ssm_strategy(strategy), shape(configs.ssm, q));
+  }
+  // One fp32 state per chunk.
+  [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
+                                          int64_t Q) const override {
+    const SsmConfig& c = configs.ssm;
+    return q.rows * ((s + Q - 1) / Q) * c.heads * c.head_dim * c.state * 4;
+  }
+  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
+    return c.ssm.cp_unsupported_reason(cp);
+  }
+  [[nodiscard]] std::string suffix_prefix() const override { return "/"; }
+
+ private:
+  static SsmCpShape shape(const SsmConfig& c, const LayerCostQuery& q) {
+    return ssm_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_mamba_mixer() { return std::make_unique<MambaMixer>(); }
+
+}  // namespace cpbench
