@@ -62,6 +62,7 @@ std::string CaseSpec::name() const {
 }
 
 std::string CaseSpec::mixer_strategy(const Mixer& mixer) const {
+  if (mixer.strategy_axis().empty()) return "";  // attention: the case's transport is its strategy
   const auto it = mixer_cp.find(mixer.strategy_axis());
   return it != mixer_cp.end() ? it->second : mixer.strategies().front();
 }

@@ -83,8 +83,8 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   std::map<std::string, std::map<std::string, int64_t>> sizes;  // by config key
   for (const auto& mixer : mixers()) {
     const std::string key = mixer->config_key();
-    const auto node = key.empty() ? YAML::Node() : m[key];
-    if (!node) continue;
+    if (key.empty() || !m[key]) continue;
+    const auto node = m[key];
     MixerConfigs defaults;
     std::vector<std::string> fields;
     for (const auto& f : mixer->config_fields(defaults)) fields.push_back(f.name);

@@ -7,7 +7,7 @@
 // Shapes: q, k [R, L, H, dk] (one per value head: the caller maps key heads to value heads), v
 // [R, L, H, dv], g [R, L, H] (log decay, <= 0), beta [R, L, H] (in [0, 1]; g = beta = 0 is a
 // transparent slot: the state passes it unchanged), group int64 [R, L] in contiguous runs along a row
-// (make_ssm_plan builds them), initial [R, H, dk, dv] or undefined; the state applies to the tokens of
+// (make_scan_plan builds them), initial [R, H, dk, dv] or undefined; the state applies to the tokens of
 // the row's first group only (a reset ends its reach).
 // Results: o [R, L, H, dv] and final_state [R, H, dk, dv], the state after the row's last token. In
 // q's dtype; bfloat16 / float16 inputs are computed in float32 (the accumulator rule) and rounded

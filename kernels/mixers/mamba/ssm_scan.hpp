@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/mixers/mamba/mamba_config.hpp"  // kSsmChunk
+
 namespace cpbench {
 
 // ---- the selective scan ----
@@ -14,12 +16,10 @@ namespace cpbench {
 // with the state reset to zero where group[t] != group[t-1] (and at t = 0).
 // Shapes: x [R, L, H, P], dt [R, L, H] (>= 0; 0 = a transparent slot: no decay, no input),
 // A [H] (< 0), B/C [R, L, G, N], D [H], group int64 [R, L], groups contiguous runs along a row (as
-// make_ssm_plan builds them) -> y [R, L, H, P] in x's dtype. Differentiable in x, dt, A, B, C, D.
+// make_scan_plan builds them) -> y [R, L, H, P] in x's dtype. Differentiable in x, dt, A, B, C, D.
 // bfloat16 / float16 inputs are computed in float32 (decays summed in bfloat16 lose everything) and
 // the result is rounded back; float32 and float64 compute in their own dtype.
 
-// The chunk length the layer scans with (Q below).
-inline constexpr int64_t kSsmChunk = 64;
 
 // The layer's scan: Mamba-2's chunked state-space-duality (SSD) form. The row is cut into chunks of
 // `chunk` tokens (the last one shorter when L is no multiple of it; chunk > L means one chunk of L):
