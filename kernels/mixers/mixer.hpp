@@ -228,7 +228,7 @@ class Mixer {
 [[nodiscard]] const Mixer& mixer_for(char letter, const std::string& key = "model.mixers");
 // nullptr when no mixer has that name.
 [[nodiscard]] const Mixer* find_mixer(const std::string& name);
-// "A (attention), M (Mamba (SSM)), G (Gated DeltaNet)": for messages.
+// "A (attention), M (Mamba), G (Gated DeltaNet)": each letter with its description, for messages.
 [[nodiscard]] std::string known_mixer_letters();
 // The letter every layer has when a model names none.
 inline constexpr char kDefaultMixer = 'A';

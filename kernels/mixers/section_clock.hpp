@@ -1,5 +1,5 @@
 #pragma once
-// Times one differentiable section of a model (e.g. the SSM mixer of every Mamba layer): its forward
+// Times one differentiable section of a model (e.g. the recurrent part of every layer of a mixer): its forward
 // and, through autograd, its backward, on the device the section runs on (CPU: host clock; CUDA: events
 // on the compute stream, no host synchronization). Wrap the section's input with clock.enter() and its
 // output with clock.leave(); after the step's backward (and, on CUDA, a synchronize), seconds() is the
