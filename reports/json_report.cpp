@@ -18,6 +18,7 @@ json to_json(const RunResult& r) {
   j["status"] = r.status;
   if (!r.reason.empty()) j["reason"] = r.reason;
   if (!r.outcome.empty()) j["outcome"] = r.outcome;
+  if (!r.reference.empty()) j["reference"] = r.reference;
   j["wall_s"] = r.wall_s;
   json errs = json::array();
   for (const auto& e : r.errors) {
@@ -127,6 +128,7 @@ RunResult run_result_from_json(const json& j) {
   r.status = j.value("status", "failed");
   r.reason = j.value("reason", "");
   r.outcome = j.value("outcome", "");
+  r.reference = j.value("reference", "");
   r.wall_s = j.value("wall_s", 0.0);
   for (const auto& e : j.value("errors", json::array())) {
     TensorError x;

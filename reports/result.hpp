@@ -163,6 +163,9 @@ struct RunResult {
   std::string status = "ok";  // ok | skipped | failed
   std::string reason;         // why skipped / failed
   std::string outcome;        // match | mismatch (empty when the check did not run)
+  // The case's single-rank references: "computed" by this case, or "reused" from an earlier case of
+  // the same problem (harness/runner/reference_cache.hpp); empty when none ran (skipped, failed).
+  std::string reference;
   // What a reader should know that does not fail the case (e.g. an all-reduce's busbw above the
   // link's per-direction rate, which NCCL's in-switch reduction reaches): one line each.
   std::vector<std::string> warnings;

@@ -39,6 +39,12 @@ int64_t count_status(const Report& rep, const std::string& status) {
   return n;
 }
 
+int64_t count_reference(const Report& rep, const std::string& how) {
+  int64_t n = 0;
+  for (const auto& r : rep.results) n += r.reference == how;
+  return n;
+}
+
 std::string axis(const RunResult& r, const std::string& key) {
   auto it = r.axes.find(key);
   return it == r.axes.end() ? "" : it->second;
@@ -307,6 +313,9 @@ std::string markdown_report(const Report& rep) {
      << rep.env.world_size << ", ranks " << rep.env.launcher << ", started " << rep.env.started_at << "\n- "
      << count_status(rep, "ok") << " ok, " << count_status(rep, "failed") << " failed, " << count_status(rep, "skipped")
      << " skipped\n";
+  if (const int64_t computed = count_reference(rep, "computed"); computed > 0)
+    os << "- single-rank references: " << computed << " computed, " << count_reference(rep, "reused")
+       << " reused (one per distinct mask, dtype and data replica in each rank process)\n";
   if (!rep.env.platform.empty()) {
     os << "- platform:";
     for (const auto& [k, v] : rep.env.platform) os << " " << k << " `" << v << "`;";

@@ -19,6 +19,8 @@
 
 namespace cpbench {
 
+class ReferenceCache;  // harness/runner/reference_cache.hpp
+
 struct RankRuntime {
   int rank = 0;        // global rank in the job
   int world_size = 1;
@@ -39,6 +41,9 @@ struct RankRuntime {
   // The cores this rank's timed steps run on (CPBENCH_RANK_CPUS from cpbench's own launcher; empty:
   // unbound, as under torchrun or SLURM). See harness/launcher/core_binding.hpp.
   std::vector<int> timed_cpus;
+  // The single-rank references this rank process keeps across its cases (reference_cache.hpp); null:
+  // every case computes its own.
+  std::shared_ptr<ReferenceCache> references;
 };
 
 struct CaseContext {

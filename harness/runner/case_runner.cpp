@@ -15,6 +15,7 @@
 #include "harness/runner/device_peaks.hpp"
 #include "harness/runner/machine_state.hpp"
 #include "harness/runner/measurement.hpp"
+#include "harness/runner/reference_cache.hpp"
 #include "harness/runner/reference_run.hpp"
 #include "harness/runner/step_check.hpp"
 #include "harness/runner/train_step.hpp"
@@ -144,13 +145,20 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   res.axes["backend"] = comm::to_string(x.cp_pg->kind());
   if (x.shared_gpu) res.axes["shared_gpu"] = "true";
 
-  References ref;
+  std::shared_ptr<const References> kept;  // cp-rank 0: this case's references, computed or reused
+  bool reused = false;
   if (x.cp_rank == 0) {
     if (c.cp > 1) signal_reference(rt, c, x.dp_index, kReferenceStarted, "1");
     try {
-      // The group's other ranks only wait for this rank's reference: it may use their cores meanwhile.
-      const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
-      ref = run_references(x);
+      const auto compute = [&] {
+        // The group's other ranks only wait for this rank's reference: it may use their cores meanwhile.
+        const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
+        return run_references(x);
+      };
+      if (rt.references)
+        kept = rt.references->get(s, reference_problem_key(s, c, x.dp_index, x.device), x.cuda, compute, reused);
+      else
+        kept = std::make_shared<const References>(compute());
       if (c.index == rt.slowref_case && rt.rank == rt.slowref_rank)
         std::this_thread::sleep_for(std::chrono::duration<double>(rt.slowref_s));
     } catch (const std::exception& e) {
@@ -162,6 +170,8 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   } else {
     wait_for_reference(rt, s, c, x.dp_index, x.cp_rank);
   }
+  const References none;  // the other cp-ranks check nothing against a reference
+  const References& ref = kept ? *kept : none;
   if (x.cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(x.device.index());
 
   // The first step and the one after the timed steps are checked: state that leaks across steps (a
@@ -253,7 +263,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
   if (rt.rank == 0) {
     res.measurement = m;
     record_outcome(c, res);
-    record_metrics(x, m, ranks, got, ref.seconds, res);
+    record_metrics(x, m, ranks, got, reused ? 0.0 : ref.seconds, res);
     std::string why = impossible_rates(res);
     if (!why.empty() && !x.cuda && s.measure.peak_flops == 0) {
       // A CPU probe that ran while the machine was busy reads low: measure it again before calling a
@@ -261,9 +271,10 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
       res.peak = peaks(true);
       res.metrics.clear();
       res.ranks.clear();
-      record_metrics(x, m, ranks, got, ref.seconds, res);
+      record_metrics(x, m, ranks, got, reused ? 0.0 : ref.seconds, res);
       why = impossible_rates(res);
     }
+    if (kept) res.reference = reused ? "reused" : "computed";
     res.warnings = rate_warnings(res);
     const std::string routes = route_mismatch(c, res);
     if (!routes.empty()) why += (why.empty() ? "" : "; ") + routes;

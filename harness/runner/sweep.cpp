@@ -25,6 +25,7 @@
 #include "harness/runner/case_runner.hpp"
 #include "harness/runner/machine_state.hpp"
 #include "harness/runner/platform.hpp"
+#include "harness/runner/reference_cache.hpp"
 #include "harness/runner/scenario.hpp"
 #include "kernels/comm/process_group.hpp"
 #include "reports/json_report.hpp"
@@ -121,6 +122,7 @@ int run_cases_as_rank(const ScenarioSpec& spec, const std::vector<CaseSpec>& cas
   rt.local_rank = env.local_rank;
   rt.local_world_size = env.local_world_size;
   rt.store = comm::connect_store(ro);
+  rt.references = std::make_shared<ReferenceCache>(spec);
   if (const char* cpus = std::getenv("CPBENCH_RANK_CPUS"); cpus && *cpus) {
     try {
       rt.timed_cpus = parse_cpu_list(cpus);

@@ -123,9 +123,9 @@ ProcessGroup ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store, 
     opts->timeout = spec.timeout;
     pg.backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, pg.rank_, pg.size_, opts);
     pg.backend_->setBoundDeviceId(spec.device);
-    // Connect now, while every member is here creating the group: NCCL otherwise connects at the
-    // first collective (the step's barrier), after CP rank 0 has run the float64 reference, and the
-    // others' wait for it would count against the collective timeout.
+    // Connect now, while every member is here creating the group: NCCL otherwise connects inside the
+    // first collective, the case's first checked step, whose time would then include the connection.
+    // (The wait for cp-rank 0's references is not a collective: the store hand-off of case_runner.hpp.)
     pg.backend_->eagerConnectSingleDevice(*spec.device);
 #else
     throw Error("this LibTorch build has no NCCL process group");

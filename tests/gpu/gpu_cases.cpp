@@ -28,6 +28,7 @@ batch: {batch_size: 1, seq_len: 512, documents: [300, 212]}
 dtype: float32
 device: cuda
 share_gpu: true
+measure: {max_time_s: 0, collectives: false}
 sweep: {sharder: [load_balanced, thd], transport: [allgather, ring], cp: [1, 2], mask: [causal, document]}
 )";
 }

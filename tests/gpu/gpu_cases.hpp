@@ -19,7 +19,8 @@ namespace cpbench::gpu_cases {
 [[nodiscard]] comm::GroupSpec nccl_world_of_one(int device_index);
 
 // The scenario Gpu.RunnerPassesTheGradientCheckOnCuda runs through `cpbench run` (YAML text):
-// W = 1 and 2 with share_gpu: true.
+// W = 1 and 2 with share_gpu: true; a correctness sweep (one timed step a case, no collectives timed
+// on the side), so the test fits gpu-check.sh's gpu-tests budget.
 [[nodiscard]] std::string runner_scenario_yaml();
 
 // The backend that test expects a case of `cp` ranks (one node) to report on a machine with

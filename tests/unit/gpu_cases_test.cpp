@@ -57,6 +57,16 @@ TEST(GpuCases, RunnerBackendExpectationIsTheDeviceChoice) {
   }
 }
 
+// Gpu.RunnerPassesTheGradientCheckOnCuda runs inside gpu-check.sh's gpu-tests budget: its scenario is a
+// correctness sweep (collectives not timed on the side, exactly one timed step a case, no warm-up).
+TEST(GpuCases, RunnerScenarioTimesOneStepAndNoCollectives) {
+  const ScenarioSpec s = parse_scenario(gpu_cases::runner_scenario_yaml(), "gpu_cases::runner_scenario_yaml");
+  EXPECT_FALSE(s.measure.collectives) << "every case would time its collectives alone after the check";
+  EXPECT_EQ(s.measure.max_time_s, 0) << "timed steps until the noise rule holds, not one";
+  EXPECT_EQ(s.measure.iters, 1);
+  EXPECT_EQ(s.measure.warmup, 0);
+}
+
 // scripts/gpu-check.sh runs the gpu_*.yaml scenarios on one GPU (gpu_nccl*.yaml only with two or
 // more): every case of more than one rank must share the GPU over Gloo there, never be refused nor
 // pair NCCL ranks on one device.
