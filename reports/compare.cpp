@@ -149,7 +149,7 @@ void apply_canary_rule(Comparison& c, const Report& base, const Report& next) {
   for (const auto& d : c.cases)
     if (d.base_status == "ok" && d.new_status == "ok" && d.base_n > 0 && d.new_n > 0) {
       ++c.judged;
-      c.moved += d.delta < -kCanaryShift;
+      c.moved += d.delta < -kCaseShift;
     }
   if (c.base_canary_memory_s <= 0 || c.new_canary_memory_s <= 0) return;
   c.canary_shift = std::max(c.new_canary_memory_s / c.base_canary_memory_s,
@@ -238,7 +238,7 @@ std::string comparison_table(const Comparison& c) {
     os << (c.machine ? "MACHINE: " : "") << "canary (memory, compute) " << num(c.base_canary_memory_s * 1e3, 3) << ", "
        << num(c.base_canary_compute_s * 1e3, 3) << " ms -> " << num(c.new_canary_memory_s * 1e3, 3) << ", "
        << num(c.new_canary_compute_s * 1e3, 3) << " ms (" << percent(c.canary_shift, true) << " slower); " << c.moved
-       << " of " << c.judged << " cases slower by more than " << percent(kCanaryShift)
+       << " of " << c.judged << " cases slower by more than " << percent(kCaseShift)
        << (c.machine ? ": a common-mode shift, the machine's, not a regression\n" : "\n");
   os << c.cases.size() << " cases compared, " << regressions << " regression" << (regressions == 1 ? "" : "s") << ", "
      << inconclusive << " inconclusive (metric " << c.options.metric << ", threshold " << std::setprecision(1)

@@ -73,7 +73,7 @@ struct Comparison {
   std::vector<std::string> only_in_new;
   // The canary (CanaryReading): each report's medians over its ok cases (0 where a report has none), the
   // new run's shift (slower, the larger part), the judged cases and those slower by more than
-  // kCanaryShift. machine: the canary moved by more than kCanaryShift and at least half the cases with
+  // kCaseShift. machine: the canary moved by more than kCanaryShift and at least half the cases with
   // it, a common-mode shift: every regression of an ok/ok case became inconclusive (the machine's).
   double base_canary_memory_s = 0, base_canary_compute_s = 0, new_canary_memory_s = 0, new_canary_compute_s = 0;
   double canary_shift = 0;

@@ -106,7 +106,13 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h) {
     canary.push_back(rc);
   }
   if (memory_all.empty()) return;
-  const double memory_base = stats::median(memory_all), compute_base = stats::median(compute_all);
+  // The quiet machine's canary: the lower quartile of the runs' readings, so that a machine slow for many
+  // of the runs (a busy week) does not become the baseline the slow runs are measured against.
+  const auto lower_quartile = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 4];
+  };
+  const double memory_base = lower_quartile(memory_all), compute_base = lower_quartile(compute_all);
   // Each case's own level: the median of its points over every run.
   std::vector<double> level(h.cases.size(), 0);
   for (size_t i = 0; i < h.cases.size(); ++i) {
@@ -122,14 +128,17 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h) {
         if (p.run_id != rc.run_id || level[i] <= 0) continue;
         ++rc.cases;
         const double drop = h.cases[i].higher_is_better ? 1 - p.value / level[i] : 1 - level[i] / p.value;
-        rc.moved += drop > kCanaryShift;
+        rc.moved += drop > kCaseShift;
       }
     rc.spoiled = rc.shift > kCanaryShift && rc.cases > 0 && 2 * rc.moved >= rc.cases;
     if (!rc.spoiled) continue;
     for (auto& ch : h.cases)
       for (auto& p : ch.points) p.spoiled = p.spoiled || p.run_id == rc.run_id;
   }
-  h.newest_spoiled = !canary.empty() && canary.back().spoiled;
+  // A change in the newest runs needs min_segment of them after it: one of those spoiled, and nothing
+  // honest can be said about them.
+  const size_t newest = std::min(canary.size(), static_cast<size_t>(std::max<int64_t>(1, h.options.change.min_segment)));
+  for (size_t i = canary.size() - newest; i < canary.size(); ++i) h.newest_spoiled = h.newest_spoiled || canary[i].spoiled;
   h.canary = std::move(canary);
 }
 
@@ -239,8 +248,9 @@ std::string history_check_text(const HistoryCheck& h) {
          << num(rc.compute_s, 3) << " s) and " << rc.moved << " of " << rc.cases
          << " cases slower with it; left out of every series\n";
   if (h.newest_spoiled)
-    os << "MACHINE: the newest run is the machine's (its canary and most cases slowed together): no verdict on "
-          "it; rerun on a quiet machine\n";
+    os << "MACHINE: a run among the newest " << h.options.change.min_segment
+       << " is the machine's (its canary and most cases slowed together): no verdict on the newest runs; rerun on a "
+          "quiet machine\n";
   os << h.cases.size() << " cases over " << h.runs << " runs of " << h.store << ", " << regressions << " regression"
      << (regressions == 1 ? "" : "s") << ", " << short_series << " too short (metric " << h.options.metric
      << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
@@ -300,6 +310,7 @@ nlohmann::json history_json(const HistoryCheck& h) {
           {"canary", canary},
           {"newest_spoiled", h.newest_spoiled},
           {"canary_shift", kCanaryShift},
+          {"case_shift", kCaseShift},
           {"store", h.store},
           {"runs", h.runs},
           {"metric", h.options.metric},

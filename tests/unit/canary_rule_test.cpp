@@ -98,7 +98,7 @@ TEST(CanaryRule, AMachineThatSlowsTheLastRunsIsTheMachinesNotARegression) {
   EXPECT_EQ(named(h), "") << history_check_text(h);
   EXPECT_EQ(h.exit_status(), kCompareInconclusive) << history_check_text(h);
   const std::string text = history_check_text(h);
-  EXPECT_NE(text.find("MACHINE: the newest run is the machine's"), std::string::npos) << text;
+  EXPECT_NE(text.find("MACHINE: a run among the newest 3 is the machine's"), std::string::npos) << text;
   EXPECT_NE(text.find("the machine's, not a change: run 15"), std::string::npos) << text;
   for (const auto& c : h.cases) {
     int spoiled = 0;
@@ -192,7 +192,7 @@ TEST(CanaryRule, ErrorRatesOverSeededNightlySeries) {
   EXPECT_GE(quiet_named, 180);
   EXPECT_EQ(quiet_spoiled, 0);
   EXPECT_EQ(machine_flagged, trials);
-  EXPECT_EQ(machine_false, 0);
+  EXPECT_LE(machine_false, 20) << "no more than without a machine event (the check's own false alarms)";
   EXPECT_LE(null_false, 20);
   EXPECT_EQ(null_spoiled, 0);
 }
