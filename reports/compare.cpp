@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "reports/statistics.hpp"
 #include "reports/text_format.hpp"
@@ -127,6 +129,42 @@ void apply_between_run_floor(Comparison& c) {
   }
 }
 
+// Medians over a report's ok cases of its canary's two parts; {0, 0} without a canary.
+std::pair<double, double> canary_of(const Report& r) {
+  std::vector<double> memory, compute;
+  for (const auto& x : r.results) {
+    const CanaryReading& k = x.measurement.canary;
+    if (x.status != "ok" || k.repeats <= 0 || !(k.memory_s > 0) || !(k.compute_s > 0)) continue;
+    memory.push_back(k.memory_s);
+    compute.push_back(k.compute_s);
+  }
+  if (memory.empty()) return {0, 0};
+  return {stats::median(memory), stats::median(compute)};
+}
+
+// The canary rule (Comparison::machine): a common-mode shift is the machine's, not a regression.
+void apply_canary_rule(Comparison& c, const Report& base, const Report& next) {
+  std::tie(c.base_canary_memory_s, c.base_canary_compute_s) = canary_of(base);
+  std::tie(c.new_canary_memory_s, c.new_canary_compute_s) = canary_of(next);
+  for (const auto& d : c.cases)
+    if (d.base_status == "ok" && d.new_status == "ok" && d.base_n > 0 && d.new_n > 0) {
+      ++c.judged;
+      c.moved += d.delta < -kCaseShift;
+    }
+  if (c.base_canary_memory_s <= 0 || c.new_canary_memory_s <= 0) return;
+  c.canary_shift = std::max(c.new_canary_memory_s / c.base_canary_memory_s,
+                            c.new_canary_compute_s / c.base_canary_compute_s) - 1;
+  c.machine = c.canary_shift > kCanaryShift && c.judged > 0 && 2 * c.moved >= c.judged;
+  if (!c.machine) return;
+  for (auto& d : c.cases) {
+    if (!d.regression || d.new_status != "ok" || d.base_status != "ok") continue;
+    d.regression = false;
+    d.inconclusive = true;
+    d.why += ", but the machine's: the canary ran " + percent(c.canary_shift) + " slower and " +
+             std::to_string(c.moved) + " of " + std::to_string(c.judged) + " cases slowed with it";
+  }
+}
+
 }  // namespace
 
 Comparison compare_reports(const Report& base, const Report& next, const CompareOptions& opts) {
@@ -171,6 +209,7 @@ Comparison compare_reports(const Report& base, const Report& next, const Compare
   for (const auto& [name, r] : n)
     if (!b.count(name)) c.only_in_new.push_back(name);
   apply_between_run_floor(c);
+  apply_canary_rule(c, base, next);
   return c;
 }
 
@@ -195,6 +234,12 @@ std::string comparison_table(const Comparison& c) {
     inconclusive += d.inconclusive;
   }
   for (const auto& n : c.only_in_new) os << n << ": only in the new report\n";
+  if (c.base_canary_memory_s > 0 && c.new_canary_memory_s > 0)
+    os << (c.machine ? "MACHINE: " : "") << "canary (memory, compute) " << num(c.base_canary_memory_s * 1e3, 3) << ", "
+       << num(c.base_canary_compute_s * 1e3, 3) << " ms -> " << num(c.new_canary_memory_s * 1e3, 3) << ", "
+       << num(c.new_canary_compute_s * 1e3, 3) << " ms (" << percent(c.canary_shift, true) << " slower); " << c.moved
+       << " of " << c.judged << " cases slower by more than " << percent(kCaseShift)
+       << (c.machine ? ": a common-mode shift, the machine's, not a regression\n" : "\n");
   os << c.cases.size() << " cases compared, " << regressions << " regression" << (regressions == 1 ? "" : "s") << ", "
      << inconclusive << " inconclusive (metric " << c.options.metric << ", threshold " << std::setprecision(1)
      << c.options.threshold * 100 << "%, Mann-Whitney alpha " << std::setprecision(3) << c.options.alpha

@@ -71,6 +71,14 @@ struct Comparison {
   CompareOptions options;
   std::vector<CaseDelta> cases;      // every case of BASE, in name order
   std::vector<std::string> only_in_new;
+  // The canary (CanaryReading): each report's medians over its ok cases (0 where a report has none), the
+  // new run's shift (slower, the larger part), the judged cases and those slower by more than
+  // kCaseShift. machine: the canary moved by more than kCanaryShift and at least half the cases with
+  // it, a common-mode shift: every regression of an ok/ok case became inconclusive (the machine's).
+  double base_canary_memory_s = 0, base_canary_compute_s = 0, new_canary_memory_s = 0, new_canary_compute_s = 0;
+  double canary_shift = 0;
+  int64_t judged = 0, moved = 0;
+  bool machine = false;
   [[nodiscard]] bool regressed() const;
   [[nodiscard]] bool inconclusive() const;  // some case inconclusive (regardless of regressions)
   // 0, 1 (regression) or kCompareInconclusive.

@@ -45,6 +45,103 @@ std::vector<SeriesChange> describe(const std::vector<SeriesPoint>& points, const
   return out;
 }
 
+// The change points of a case's series without the machine's runs, and its verdict.
+void judge_series(CaseHistory& ch, const HistoryCheckOptions& o, bool higher) {
+  std::vector<SeriesPoint> kept;
+  std::vector<int64_t> where;  // kept[i] is points[where[i]]
+  for (size_t i = 0; i < ch.points.size(); ++i)
+    if (!ch.points[i].spoiled) {
+      kept.push_back(ch.points[i]);
+      where.push_back(static_cast<int64_t>(i));
+    }
+  ch.too_short = static_cast<int64_t>(kept.size()) < 2 * o.change.min_segment;
+  if (ch.too_short) return;
+  std::vector<double> logs;
+  for (const auto& p : kept) logs.push_back(std::log(p.value));
+  std::vector<ChangePoint> cps = e_divisive(logs, o.change);
+  // Drop the weakest change below min_effect until every one left is at least that large.
+  for (;;) {
+    const auto changes = describe(kept, cps, higher);
+    size_t weakest = changes.size();
+    for (size_t k = 0; k < changes.size(); ++k)
+      if (std::abs(changes[k].change) < o.min_effect &&
+          (weakest == changes.size() || std::abs(changes[k].change) < std::abs(changes[weakest].change)))
+        weakest = k;
+    if (weakest == changes.size()) {
+      ch.changes = changes;
+      break;
+    }
+    cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(weakest));
+  }
+  for (auto& c : ch.changes) c.index = where[static_cast<size_t>(c.index)];
+  if (!ch.changes.empty()) {
+    SeriesChange& newest = ch.changes.back();
+    newest.regression = newest.slowdown && newest.rate_drop > o.threshold;
+    ch.regression = newest.regression;
+  }
+}
+
+// The canary rule (history_check.hpp, "the machine"): per run, the canary's medians over its cases and
+// its shift against the runs' median; the cases that moved with it; the spoiled runs' points marked.
+void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h) {
+  std::vector<RunCanary> canary;
+  std::vector<double> memory_all, compute_all;
+  for (const auto& run : runs) {
+    RunCanary rc;
+    rc.run_id = run.id;
+    rc.started_at = run.started_at;
+    std::vector<double> memory, compute;
+    for (const auto& c : run.cases) {
+      const auto m = c.metrics.find(kCanaryMemoryMetric), k = c.metrics.find(kCanaryComputeMetric);
+      if (m == c.metrics.end() || k == c.metrics.end() || !(m->second.value > 0) || !(k->second.value > 0)) continue;
+      memory.push_back(m->second.value);
+      compute.push_back(k->second.value);
+    }
+    if (!memory.empty()) {
+      rc.memory_s = stats::median(memory);
+      rc.compute_s = stats::median(compute);
+      memory_all.push_back(rc.memory_s);
+      compute_all.push_back(rc.compute_s);
+    }
+    canary.push_back(rc);
+  }
+  if (memory_all.empty()) return;
+  // The quiet machine's canary: the lower quartile of the runs' readings, so that a machine slow for many
+  // of the runs (a busy week) does not become the baseline the slow runs are measured against.
+  const auto lower_quartile = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 4];
+  };
+  const double memory_base = lower_quartile(memory_all), compute_base = lower_quartile(compute_all);
+  // Each case's own level: the median of its points over every run.
+  std::vector<double> level(h.cases.size(), 0);
+  for (size_t i = 0; i < h.cases.size(); ++i) {
+    std::vector<double> v;
+    for (const auto& p : h.cases[i].points) v.push_back(p.value);
+    level[i] = stats::median(v);
+  }
+  for (auto& rc : canary) {
+    if (rc.memory_s <= 0) continue;
+    rc.shift = std::max(rc.memory_s / memory_base, rc.compute_s / compute_base) - 1;
+    for (size_t i = 0; i < h.cases.size(); ++i)
+      for (const auto& p : h.cases[i].points) {
+        if (p.run_id != rc.run_id || level[i] <= 0) continue;
+        ++rc.cases;
+        const double drop = h.cases[i].higher_is_better ? 1 - p.value / level[i] : 1 - level[i] / p.value;
+        rc.moved += drop > kCaseShift;
+      }
+    rc.spoiled = rc.shift > kCanaryShift && rc.cases > 0 && 2 * rc.moved >= rc.cases;
+    if (!rc.spoiled) continue;
+    for (auto& ch : h.cases)
+      for (auto& p : ch.points) p.spoiled = p.spoiled || p.run_id == rc.run_id;
+  }
+  // A change in the newest runs needs min_segment of them after it: one of those spoiled, and nothing
+  // honest can be said about them.
+  const size_t newest = std::min(canary.size(), static_cast<size_t>(std::max<int64_t>(1, h.options.change.min_segment)));
+  for (size_t i = canary.size() - newest; i < canary.size(); ++i) h.newest_spoiled = h.newest_spoiled || canary[i].spoiled;
+  h.canary = std::move(canary);
+}
+
 }  // namespace
 
 bool higher_is_better(const std::string& metric, const std::string& unit) {
@@ -55,7 +152,7 @@ bool higher_is_better(const std::string& metric, const std::string& unit) {
 
 int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
-  return std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; })
+  return newest_spoiled || std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; })
              ? kCompareInconclusive
              : 0;
 }
@@ -104,44 +201,25 @@ HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryChe
         if (it == c.metrics.end() || !(it->second.value > 0)) continue;
         const double noise = stats::median_noise(o.metric == "cpu_s" ? c.cpu_s : c.step_s);
         ch.points.push_back({run.id, run.commit, run.started_at, run.label, it->second.value,
-                             it->second.value * (1 - noise), it->second.value * (1 + noise), c.busy});
+                             it->second.value * (1 - noise), it->second.value * (1 + noise), c.busy, false});
       }
-    ch.too_short = static_cast<int64_t>(ch.points.size()) < 2 * o.change.min_segment;
-    if (!ch.too_short) {
-      std::vector<double> logs;
-      for (const auto& p : ch.points) logs.push_back(std::log(p.value));
-      std::vector<ChangePoint> cps = e_divisive(logs, o.change);
-      // Drop the weakest change below min_effect until every one left is at least that large.
-      for (;;) {
-        const auto changes = describe(ch.points, cps, higher);
-        size_t weakest = changes.size();
-        for (size_t k = 0; k < changes.size(); ++k)
-          if (std::abs(changes[k].change) < o.min_effect &&
-              (weakest == changes.size() || std::abs(changes[k].change) < std::abs(changes[weakest].change)))
-            weakest = k;
-        if (weakest == changes.size()) {
-          ch.changes = changes;
-          break;
-        }
-        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(weakest));
-      }
-      if (!ch.changes.empty()) {
-        SeriesChange& newest = ch.changes.back();
-        newest.regression = newest.slowdown && newest.rate_drop > o.threshold;
-        ch.regression = newest.regression;
-      }
-    }
     h.cases.push_back(std::move(ch));
   }
   if (h.cases.empty()) throw std::invalid_argument("--filter '" + o.filter + "': no stored case matches");
+  mark_machine_runs(runs, h);
+  for (auto& ch : h.cases) judge_series(ch, o, higher);
   return h;
 }
+
 
 std::string history_check_text(const HistoryCheck& h) {
   std::ostringstream os;
   int regressions = 0, short_series = 0;
   for (const auto& c : h.cases) {
-    os << c.name << " (" << c.points.size() << " runs): ";
+    const auto spoiled = std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
+    os << c.name << " (" << c.points.size() << " runs";
+    if (spoiled > 0) os << ", " << spoiled << " the machine's left out";
+    os << "): ";
     if (c.too_short) {
       ++short_series;
       os << "too short to judge (needs " << 2 * h.options.change.min_segment << " runs)\n";
@@ -163,6 +241,16 @@ std::string history_check_text(const HistoryCheck& h) {
     }
     os << "\n";
   }
+  for (const auto& rc : h.canary)
+    if (rc.spoiled)
+      os << "the machine's, not a change: run " << rc.run_id << " (" << rc.started_at << "): canary "
+         << percent(rc.shift, true) << " slower (memory " << num(rc.memory_s, 3) << " s, compute "
+         << num(rc.compute_s, 3) << " s) and " << rc.moved << " of " << rc.cases
+         << " cases slower with it; left out of every series\n";
+  if (h.newest_spoiled)
+    os << "MACHINE: a run among the newest " << h.options.change.min_segment
+       << " is the machine's (its canary and most cases slowed together): no verdict on the newest runs; rerun on a "
+          "quiet machine\n";
   os << h.cases.size() << " cases over " << h.runs << " runs of " << h.store << ", " << regressions << " regression"
      << (regressions == 1 ? "" : "s") << ", " << short_series << " too short (metric " << h.options.metric
      << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
@@ -185,7 +273,8 @@ nlohmann::json history_json(const HistoryCheck& h) {
                         {"value", p.value},
                         {"lo", p.lo},
                         {"hi", p.hi},
-                        {"busy", p.busy}});
+                        {"busy", p.busy},
+                        {"spoiled", p.spoiled}});
     for (const auto& x : c.changes)
       changes.push_back({{"index", x.index},
                          {"first_run_id", x.first_run_id},
@@ -207,7 +296,21 @@ nlohmann::json history_json(const HistoryCheck& h) {
                      {"points", points},
                      {"changes", changes}});
   }
+  json canary = json::array();
+  for (const auto& rc : h.canary)
+    canary.push_back({{"run_id", rc.run_id},
+                      {"started_at", rc.started_at},
+                      {"memory_s", rc.memory_s},
+                      {"compute_s", rc.compute_s},
+                      {"shift", rc.shift},
+                      {"cases", rc.cases},
+                      {"moved", rc.moved},
+                      {"spoiled", rc.spoiled}});
   return {{"schema", "cpbench-history-check"},
+          {"canary", canary},
+          {"newest_spoiled", h.newest_spoiled},
+          {"canary_shift", kCanaryShift},
+          {"case_shift", kCaseShift},
           {"store", h.store},
           {"runs", h.runs},
           {"metric", h.options.metric},

@@ -14,8 +14,15 @@
 //   regression   the newest change point of a case is a slowdown whose drop in rate (1 - before/after
 //                for times) is beyond `threshold`
 //   too short    fewer than 2 x min_segment points: the series cannot be judged
-// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short,
-// else 0.
+//   the machine  a run is the machine's (spoiled) when its canary (harness/runner/canary.hpp: the median
+//                over its cases of canary_memory_s and of canary_compute_s) is slower than the canary's
+//                lower quartile over all runs (the quiet machine's) by more than kCanaryShift in either
+//                part, and at least half of the run's cases moved with it: their metric is slower than
+//                the case's own median over the runs by more than kCaseShift. A common-mode shift is the
+//                machine's, not a change: its points stay in `points` (marked spoiled) but not in the
+//                series the change points are searched in. Runs without a canary are never spoiled.
+// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short
+// or one of the newest min_segment runs is the machine's (nothing honest can be said about them), else 0.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -39,6 +46,17 @@ struct SeriesPoint {
   std::string commit, started_at, label;
   double value = 0, lo = 0, hi = 0;  // the metric and its noise band
   bool busy = false;
+  bool spoiled = false;  // its run is the machine's: left out of the change-point series
+};
+
+// One run's canary and whether the machine spoiled it (the rule above).
+struct RunCanary {
+  int64_t run_id = 0;
+  std::string started_at;
+  double memory_s = 0, compute_s = 0;  // medians over the run's cases; 0 without a canary
+  double shift = 0;                    // slower than the canary's lower quartile over the runs, the larger part
+  int64_t cases = 0, moved = 0;        // the run's judged cases, and those slower than their median
+  bool spoiled = false;
 };
 
 struct SeriesChange {
@@ -66,6 +84,8 @@ struct HistoryCheck {
   std::string store;  // where the runs came from
   int64_t runs = 0;
   std::vector<CaseHistory> cases;  // by name
+  std::vector<RunCanary> canary;   // per run, oldest first (empty when no run has a canary)
+  bool newest_spoiled = false;     // one of the newest min_segment runs is the machine's
   [[nodiscard]] int exit_status() const;
 };
 

@@ -72,6 +72,13 @@ HistoryRun history_run_from_report(const Report& report, const std::string& labe
     c.step_s = r.measurement.step_s;
     c.cpu_s = r.measurement.cpu_s;
     c.busy = r.measurement.machine.busy();
+    // The canary read beside the case (harness/runner/canary.hpp) is stored as two of its metrics: the
+    // history keeps the machine's series next to every case's.
+    const CanaryReading& k = r.measurement.canary;
+    if (k.repeats > 0 && k.memory_s > 0 && k.compute_s > 0) {
+      c.metrics[kCanaryMemoryMetric] = {kCanaryMemoryMetric, k.memory_s, "s", 0};
+      c.metrics[kCanaryComputeMetric] = {kCanaryComputeMetric, k.compute_s, "s", 0};
+    }
     run.cases.push_back(std::move(c));
   }
   return run;

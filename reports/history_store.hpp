@@ -31,7 +31,12 @@ struct HistoryRun {
   std::vector<HistoryCase> cases;
 };
 
-// A run from a report (its environment, every case's metrics and samples). Refuses a partial report.
+// The canary's readings (CanaryReading, reports/result.hpp) as each stored case's metrics.
+inline constexpr const char* kCanaryMemoryMetric = "canary_memory_s";
+inline constexpr const char* kCanaryComputeMetric = "canary_compute_s";
+
+// A run from a report (its environment, every case's metrics, the canary's readings as two of them, and
+// its samples). Refuses a partial report.
 [[nodiscard]] HistoryRun history_run_from_report(const Report& report, const std::string& label);
 
 class HistoryStore {

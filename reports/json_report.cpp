@@ -66,6 +66,10 @@ json to_json(const RunResult& r) {
                         {"verdict", m.verdict},
                         {"verdict_reason", m.verdict_reason},
                         {"slowdown", m.slowdown},
+                        {"canary",
+                         {{"memory_s", m.canary.memory_s},
+                          {"compute_s", m.canary.compute_s},
+                          {"repeats", m.canary.repeats}}},
                         {"machine",
                          {{"cores", ms.cores},
                           {"load1_before", ms.load1_before},
@@ -179,6 +183,10 @@ RunResult run_result_from_json(const json& j) {
     x.verdict = m.value("verdict", "");
     x.verdict_reason = m.value("verdict_reason", "");
     x.slowdown = m.value("slowdown", 0.0);
+    const json canary = m.value("canary", json::object());
+    x.canary.memory_s = canary.value("memory_s", 0.0);
+    x.canary.compute_s = canary.value("compute_s", 0.0);
+    x.canary.repeats = canary.value("repeats", int64_t{0});
     const json ms = m.value("machine", json::object());
     x.machine.cores = ms.value("cores", int64_t{0});
     x.machine.load1_before = ms.value("load1_before", 0.0);

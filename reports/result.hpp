@@ -79,6 +79,21 @@ struct MachineState {
   [[nodiscard]] bool busy() const { return others_runnable_mean >= kBusyRunnableMean; }
 };
 
+// The canary (harness/runner/canary.hpp): a fixed workload timed in the rank process right after the
+// case's timed steps, on the cores they ran on. It does not change with cpbench's code, so when it moves
+// the machine moved (docs/measurement.md, "The canary"). Medians of `repeats` timings, seconds.
+struct CanaryReading {
+  double memory_s = 0;   // streaming a buffer larger than a core's L2 share (memory-bound)
+  double compute_s = 0;  // a register-resident multiply-add chain (compute-bound)
+  int64_t repeats = 0;   // 0: not measured (reports before the canary)
+};
+// When a run is the machine's, not a change (`history check`, `compare`; docs/measurement.md, "The
+// canary"): its canary slower by more than kCanaryShift in either part (the quiet canary's own spread on
+// the 2-core VM reached +20 % against its lower quartile over 18 runs), and at least half of its cases
+// slower by more than kCaseShift with it.
+inline constexpr double kCanaryShift = 0.25;
+inline constexpr double kCaseShift = 0.10;
+
 // How a case was timed (harness/runner/measurement.hpp): nvbench-style, a warm-up, then timed steps
 // until the median's relative noise is below max_noise (after at least min_iters) or max_time_s of
 // timed steps has passed. Every timed step's sample is kept.
@@ -100,6 +115,7 @@ struct MeasurementRecord {
   std::string verdict;         // quiet | noisy (machine busy, or the median's noise above max_noise)
   std::string verdict_reason;  // why noisy
   double slowdown = 0;         // the CPBENCH_FAULT=slow test hook's fraction on this case (0: none)
+  CanaryReading canary;        // rank 0's, read after the timed steps (absent in older reports: repeats 0)
   [[nodiscard]] bool noisy() const { return verdict == "noisy"; }
 };
 

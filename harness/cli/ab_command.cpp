@@ -10,10 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <random>
 
 #include "harness/fs_util.hpp"
 #include "harness/runner/scenario.hpp"
+#include "reports/ab_schedule.hpp"
 #include "reports/json_report.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
@@ -99,35 +99,24 @@ int run_ab_command(const AbOptions& o) {
   CP_CHECK_USAGE(!cases.empty(), o.scenario, ": no case matches --filter '", o.filter, "'");
   fsu::make_dirs(o.out_dir + "/base");
   fsu::make_dirs(o.out_dir + "/new");
-  const int blocks = (o.rounds + 1) / 2;
-  std::mt19937_64 gen(o.seed);
-  std::bernoulli_distribution abba(0.5);
+  const int64_t blocks = (o.rounds + 1) / 2;
   std::vector<PairedCase> paired(cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) paired[i].name = cases[i].name();
-  for (int b = 0; b < blocks; ++b)
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const CaseSpec& c = cases[i];
-      // ABBA or BAAB, drawn: a load that changes with the session's rhythm cannot favour one side.
-      const bool base_first = abba(gen);
-      const bool order[4] = {base_first, !base_first, !base_first, base_first};
-      PairedRound first, second;
-      int seen_base = 0, seen_new = 0;
-      for (int k = 0; k < 4; ++k) {
-        const bool base_side = order[k];
-        const int nth = base_side ? seen_base++ : seen_new++;
-        const std::string tag = std::to_string(c.index) + "-b" + std::to_string(b) + "-" + std::to_string(nth);
-        const std::string dir = o.out_dir + (base_side ? "/base/" : "/new/") + tag;
-        std::cerr << "[ab] " << c.name() << " block " << b + 1 << "/" << blocks << ": " << (base_side ? "base" : "new")
-                  << std::endl;
-        run_side(base_side ? o.base_exe : new_exe, o, c.name(), dir, dir + ".log");
-        record_round(report_from_json(read_json_file(dir + "/report.json")), o.compare.metric, base_side,
-                     nth == 0 ? first : second);
-      }
-      first.base_first = base_first;
-      second.base_first = !base_first;
-      paired[i].pairs.push_back(first);
-      paired[i].pairs.push_back(second);
-    }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    paired[i].name = cases[i].name();
+    paired[i].pairs.resize(static_cast<size_t>(2 * blocks));
+  }
+  for (const AbRound& round : ab_schedule(static_cast<int64_t>(cases.size()), o.rounds, o.seed)) {
+    const CaseSpec& c = cases[static_cast<size_t>(round.case_index)];
+    PairedRound& pair = paired[static_cast<size_t>(round.case_index)].pairs[static_cast<size_t>(round.pair)];
+    const std::string tag = std::to_string(c.index) + "-b" + std::to_string(round.block) + "-" +
+                            std::to_string(round.pair - 2 * round.block);
+    const std::string dir = o.out_dir + (round.base_side ? "/base/" : "/new/") + tag;
+    std::cerr << "[ab] " << c.name() << " block " << round.block + 1 << "/" << blocks << ": "
+              << (round.base_side ? "base" : "new") << std::endl;
+    run_side(round.base_side ? o.base_exe : new_exe, o, c.name(), dir, dir + ".log");
+    record_round(report_from_json(read_json_file(dir + "/report.json")), o.compare.metric, round.base_side, pair);
+    pair.base_first = round.base_first;
+  }
   PairedOptions po;
   po.threshold = o.compare.threshold;
   po.alpha = o.compare.alpha;

@@ -130,9 +130,13 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   };
   const double step_s = stats::median(m.step_s);
   const double spread = stats::range_spread(m.step_s);
-  const double tokens = static_cast<double>(x.data.real_tokens);  // of this CP group's batch
+  // tokens and model_flops are one replica's (this CP group's batch, every replica's is as large);
+  // the rates count every replica, as a job's throughput does: at dp = 2 tokens_per_s is 2 x
+  // tokens_per_step / step_s.
+  const double tokens = static_cast<double>(x.data.real_tokens);
+  const double replicas = static_cast<double>(c.dp);
   add("tokens_per_step", tokens, "tokens");
-  add("tokens_per_s", step_s > 0 ? tokens * static_cast<double>(c.dp) / step_s : 0, "tokens/s", spread);
+  add("tokens_per_s", step_s > 0 ? tokens * replicas / step_s : 0, "tokens/s", spread);
   add("step_s", step_s, "s", spread);
   add("step_noise", m.noise, "fraction");
   // CPU ranks: the CP group's CPU seconds per step (docs/measurement.md); CUDA keeps device time.
@@ -194,11 +198,12 @@ void record_metrics(const CaseContext& x, const MeasurementRecord& m, const std:
   add("attention_tflops_per_s", rate_of_slowest / 1e12, "TFLOP/s");
   add("attention_computed_tflops_per_s_max", max_computed_rate / 1e12, "TFLOP/s");
   const double model_flops = 6.0 * model_matmul_params(x) * tokens + sum_visible + mixer_train_flops(x, tokens);
-  const double model_rate = step_s > 0 ? model_flops / step_s : 0;
+  const double model_rate = step_s > 0 ? model_flops * replicas / step_s : 0;  // every replica's
   add("model_flops", model_flops, "flop");
   add("model_tflops_per_s", model_rate / 1e12, "TFLOP/s");
-  add("model_tflops_per_s_per_rank", model_rate / n / 1e12, "TFLOP/s");
-  if (res.peak.flops > 0) add("mfu", flops_utilization(model_flops, step_s, c.cp, res.peak.flops), "ratio");
+  add("model_tflops_per_s_per_rank", model_rate / (n * replicas) / 1e12, "TFLOP/s");
+  if (res.peak.flops > 0)
+    add("mfu", flops_utilization(model_flops * replicas, step_s, c.cp * c.dp, res.peak.flops), "ratio");
   if (res.peak.flops > 0)
     add("attention_mfu", flops_utilization(sum_visible, attention_s, c.cp, res.peak.flops), "ratio");
   for (const auto& cb : res.collectives)

@@ -14,13 +14,15 @@
 //   attention_flops_computed   the same for the whole tiles and bands the kernels computed
 //   attention_kernel_efficiency  visible / computed (summed over ranks)
 //   attention_tflops_per_s     visible FLOPs / attention_s; per rank, and the slowest rank's
-//   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the mixers' own FLOPs) / step_s
-//                              for the CP group; N = parameters in matrix products (all but the
-//                              embedding table)
+//   tokens_per_step            real tokens of one replica's (the CP group's) batch
+//   tokens_per_s               tokens_per_step x dp / step_s: every replica's
+//   model_tflops_per_s         (6 N tokens + visible attention FLOPs + the mixers' own FLOPs) x dp / step_s,
+//                              every replica's (model_flops is one replica's); N = parameters in matrix
+//                              products (all but the embedding table)
 //   model_flops                real tokens and the work rule's attention pairs only (sharders/mask.hpp:
 //                              padding a layout inserts is hardware work, in attention_flops_computed)
-//   mfu                        flops_utilization(model_flops, step_s, cp, peak): the group's model FLOP/s
-//                              over cp x the peak FLOP/s of one rank in the case's dtype
+//   mfu                        flops_utilization(model_flops x dp, step_s, cp x dp, peak): the job's model
+//                              FLOP/s over cp x dp x the peak FLOP/s of one rank in the case's dtype
 //   attention_mfu              flops_utilization(sum over ranks of attention_flops_visible, attention_s,
 //                              cp, peak)
 #include <map>

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "harness/launcher/core_binding.hpp"
+#include "harness/runner/canary.hpp"
 #include "harness/runner/case_metrics.hpp"
 #include "harness/runner/comm_bench.hpp"
 #include "harness/runner/device_peaks.hpp"
@@ -231,6 +232,7 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
     const ThreadBinding bound(rt.timed_cpus);
     m = measure_steps(s.measure, step, group_max, hooks);
     if (bound.bound()) m.rank_cpus = cpu_list_text(bound.cpus());
+    m.canary = read_canary();  // every rank at once, as the steps ran: the machine the case saw
   }
   if (!x.cuda) {
     // Per step, the CP group's CPU seconds: every rank's, summed (one all-gather, outside the steps).

@@ -5,6 +5,7 @@
 // the pairs between them only: the work rule, sharders/mask.hpp), while the computed (hardware) FLOPs
 // may grow with padding. MFU is recomputed from its definition: the group's model FLOP/s over
 // cp x the peak of one rank, probed in the case's dtype.
+// At dp = 2 the rates count both replicas while tokens_per_step and model_flops stay one replica's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -105,4 +106,59 @@ TEST(WorkAccounting, EveryLayoutAndTransportCountsTheSameWorkAtEveryCp) {
     EXPECT_NEAR(metric(r, "attention_mfu"), 3.5 * fwd / attention_s / (static_cast<double>(cp) * peak),
                 1e-9 * metric(r, "attention_mfu"));
   }
+}
+
+// The rate identities at dp = 2 (issue 39: tokens_per_s dropping the dp factor passed every test, which
+// ran at dp = 1 only). Two replicas of cp 1 over the same batch shape: tokens_per_step and model_flops
+// are one replica's (the dp = 1 numbers); tokens_per_s and model_tflops_per_s count both replicas; MFU is
+// the job's model FLOP/s over dp x cp peaks.
+TEST(WorkAccounting, RateIdentitiesCountEveryReplicaAtTwoReplicas) {
+  const std::string dir = "/tmp/cpbench-accounting-dp-test-" + std::to_string(::getpid());
+  fsu::remove_tree(dir);
+  fsu::make_dirs(dir);
+  std::ofstream(dir + "/s.yaml") << R"(name: accounting-dp
+measure: {max_time_s: 0, collectives: false}
+model: {preset: tiny, heads: 4, kv_heads: 2}
+batch: {batch_size: 2, seq_len: 100, documents: [[30, 50, 20], [99]]}
+dtype: float64
+device: cpu
+timeout_s: 60
+sweep: {sharder: contiguous, transport: allgather, cp: 1, dp: [1, 2], mask: causal}
+)";
+  const pid_t pid = test::spawn_cpbench_run({dir + "/s.yaml", "--out", dir + "/out"});
+  const int status = test::wait_exit_status(pid);
+  ASSERT_TRUE(status == 0 || status == 1) << status << ", see " << dir << "/out/report.md";
+  const Report report = report_from_json(read_json_file(dir + "/out/report.json"));
+  ASSERT_EQ(report.results.size(), 2u);
+  const RunResult* one = nullptr;
+  const RunResult* two = nullptr;
+  for (const auto& r : report.results) (r.axes.at("dp") == "2" ? two : one) = &r;
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  for (const RunResult* r : {one, two})
+    if (r->status != "ok") {
+      ASSERT_EQ(r->reason.rfind("impossible rate", 0), 0u) << r->status << ": " << r->reason;
+    }
+  const double tokens = metric(*two, "tokens_per_step"), model_flops = metric(*two, "model_flops");
+  EXPECT_EQ(tokens, 30 + 50 + 20 + 99) << "one replica's batch";
+  EXPECT_EQ(tokens, metric(*one, "tokens_per_step"));
+  EXPECT_EQ(model_flops, metric(*one, "model_flops"));
+  const double step_s = metric(*two, "step_s");
+  ASSERT_GT(step_s, 0);
+  EXPECT_NEAR(metric(*two, "tokens_per_s"), 2 * tokens / step_s, 1e-9 * metric(*two, "tokens_per_s"));
+  EXPECT_NEAR(metric(*two, "model_tflops_per_s"), 2 * model_flops / step_s / 1e12,
+              1e-9 * metric(*two, "model_tflops_per_s"));
+  EXPECT_NEAR(metric(*two, "model_tflops_per_s_per_rank"), model_flops / step_s / 1e12,
+              1e-9 * metric(*two, "model_tflops_per_s_per_rank"));
+  // Model FLOPs per token are the same whichever way they are counted.
+  EXPECT_NEAR(metric(*two, "model_tflops_per_s") * 1e12 / metric(*two, "tokens_per_s"), model_flops / tokens,
+              1e-9 * model_flops / tokens);
+  const double peak = two->peak.flops;
+  ASSERT_GT(peak, 0);
+  EXPECT_NEAR(metric(*two, "mfu"), 2 * model_flops / step_s / (2 * peak), 1e-9 * metric(*two, "mfu"));
+  // And at dp = 1 the same identities with one replica.
+  const double step1 = metric(*one, "step_s");
+  EXPECT_NEAR(metric(*one, "tokens_per_s"), tokens / step1, 1e-9 * metric(*one, "tokens_per_s"));
+  EXPECT_NEAR(metric(*one, "model_tflops_per_s"), model_flops / step1 / 1e12, 1e-9 * metric(*one, "model_tflops_per_s"));
+  fsu::remove_tree(dir);
 }

@@ -283,6 +283,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   m.rank_cpus = "1";
   m.omp_wait_policy = "PASSIVE";
   m.slowdown = 0.25;
+  m.canary = {0.0123, 0.0045, 3};
   m.cpu_s = {0.2, 0.21, 0.22};
   m.machine = {2, 0.5, 1.5, 0.25, 2, 12, 2400};
   r.results[0].collectives.push_back({"all_gather", 65536, 4, 1e-4, 6.5e8, 3.2e8, 0.5});
@@ -294,6 +295,8 @@ TEST(ReportJson, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back.results[0].ranks[0].cpu_s, 0.42);
   EXPECT_EQ(back.results[0].measurement.cpu_s.size(), 3u);
   EXPECT_EQ(back.results[0].measurement.rank_cpus, "1");
+  EXPECT_DOUBLE_EQ(back.results[0].measurement.canary.memory_s, 0.0123);
+  EXPECT_EQ(back.results[0].measurement.canary.repeats, 3);
   EXPECT_THROW((void)report_from_json(nlohmann::json{{"schema", "other"}}), std::runtime_error);
   // An older report (schema 3: no samples) still reads, and compares as inconclusive, not as a regression.
   nlohmann::json old = to_json(r);

@@ -1,9 +1,11 @@
 // The rank tests the gates decide with (reports/statistics.hpp), against scipy.stats 1.16's values:
 // the exact Mann-Whitney distribution for few samples and its smallest attainable p, the exact and the
-// tie-corrected Wilcoxon signed-rank test, the robust spread and the bootstrap interval of a median.
+// tie-corrected Wilcoxon signed-rank test, the robust spread and the bootstrap interval of a median (its 95 % order statistics for a fixed seed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <vector>
 
 #include "reports/statistics.hpp"
 
@@ -72,4 +74,33 @@ TEST(RankTests, RobustSpreadAndBootstrapIntervalOfTheMedian) {
   const stats::Interval again = stats::bootstrap_median_ci(small);  // deterministic
   EXPECT_DOUBLE_EQ(ci.lo, again.lo);
   EXPECT_DOUBLE_EQ(ci.hi, again.hi);
+}
+
+// The interval is the percentile bootstrap's at 95 %: for a fixed seed exactly the 2.5 % and 97.5 % order
+// statistics of the resampled medians (2000 resamples with replacement, the nearest rank of q (R - 1)),
+// recomputed here from the same generator; a 90 % interval (issue 39) or any other level differs on this
+// sample of 25 distinct values.
+TEST(RankTests, BootstrapIntervalIsTheTwoPointFiveAndNinetySevenPointFivePercentOrderStatistics) {
+  std::vector<double> v;
+  for (int i = 1; i <= 25; ++i) v.push_back(static_cast<double>(i * i) / 7.0 + (i % 3) * 0.01);
+  std::mt19937_64 gen(1);
+  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+  std::vector<double> meds, one(v.size());
+  for (int r = 0; r < 2000; ++r) {
+    for (auto& x : one) x = v[pick(gen)];
+    std::sort(one.begin(), one.end());
+    meds.push_back(one[12]);  // 25 values: the 13th is the median
+  }
+  std::sort(meds.begin(), meds.end());
+  // 0.025 x 1999 = 49.975 -> 50; 0.975 x 1999 = 1949.025 -> 1949.
+  const double lo = meds[50], hi = meds[1949];
+  const stats::Interval ci = stats::bootstrap_median_ci(v);  // the defaults the A/B verdict uses
+  EXPECT_EQ(ci.lo, lo);
+  EXPECT_EQ(ci.hi, hi);
+  const stats::Interval explicit_95 = stats::bootstrap_median_ci(v, 0.95, 2000, 1);
+  EXPECT_EQ(explicit_95.lo, lo);
+  EXPECT_EQ(explicit_95.hi, hi);
+  // The fixture tells 90 % from 95 %: the 5 % / 95 % order statistics are other values.
+  EXPECT_NE(meds[100], lo);
+  EXPECT_NE(meds[1899], hi);
 }
