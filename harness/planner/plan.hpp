@@ -28,7 +28,8 @@
 //   plan_types     PlanRequest, PlanCase, Recommendation, Plan
 //   kernel_model   attention time of a rank's blocks (shape, size, launches, merges)
 //   cost_model     per-rank work of a layout, and one case priced by its transport
-//   ssm_cost       the SSM layers' part of a case under each SSM CP strategy (FLOPs, time, bytes, memory)
+//   mixer_cost     the other mixer's part of a case under each of its strategies (FLOPs, time, bytes,
+//                  memory), from the mixer's own layer_cost
 //   recommendation ranking at each W and the prose of why
 //   calibration    FLOP/s and bandwidth fitted from a measured report
 //   output         JSON and table

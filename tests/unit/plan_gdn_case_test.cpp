@@ -81,7 +81,7 @@ void expect_case(const plan::SsmCase& c, double delta, double other, int64_t for
 
 TEST(PlanGdnCase, PresetSizesTheHandNumbersAssume) {
   const plan::ModelShape m = plan::model_preset("qwen3-next-80b-a3b");
-  EXPECT_EQ(m.gdn_layers(), 36);
+  EXPECT_EQ(m.layers_of('G'), 36);
   EXPECT_EQ(m.hidden, 2048);
   const plan::Cluster c = plan::cluster_preset("h100-nvlink");
   EXPECT_EQ(c.ssm_flops, kSsmRate);

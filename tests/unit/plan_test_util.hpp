@@ -62,7 +62,7 @@ inline double max_over_mean(const std::vector<double>& v) {
          (std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()));
 }
 
-plan::PlanRequest request(const std::string& model, int64_t S, std::vector<int64_t> cps,
+inline plan::PlanRequest request(const std::string& model, int64_t S, std::vector<int64_t> cps,
                           const std::string& mask = "causal") {
   plan::PlanRequest r;
   r.model = plan::model_preset(model);
@@ -83,7 +83,7 @@ inline const plan::PlanCase& find_case(const plan::Plan& p, const std::string& s
 // Visible pairs per rank exactly as the runner sets a case up: the global batch of harness/model/data.cpp,
 // the Sharder with the case's mask, the stream metadata, and kernels' build_mask of each rank's
 // queries against every rank's keys (what the transports sum into AttentionStats::visible_pairs).
-std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W, int64_t S,
+inline std::vector<int64_t> runner_visible_pairs(const std::string& sharder, int64_t W, int64_t S,
                                           const std::vector<int64_t>& docs, const std::string& mask_text) {
   BatchSpec spec;
   spec.batch_size = 1;
