@@ -30,7 +30,7 @@ for b in "$OUTB/cpbench" "$OUTB/tests/cpbench_gpu_tests" "$OUTB/tests/cpbench_be
 done | sort -u | while read -r lib; do
   case "$lib" in
     "$TORCH_LIB"/*|*/nvidia/*|*/cuda*/*) continue ;;
-    */libc.so.*|*/libm.so.*|*/libdl.so.*|*/librt.so.*|*/libpthread.so.*|*/ld-linux*) continue ;;
+    */libc.so.*|*/libm.so.*|*/libdl.so.*|*/librt.so.*|*/libpthread.so.*|*/libutil.so.*|*/libresolv.so.*|*/ld-linux*) continue ;;
   esac
   cp -L "$lib" "$OUTB/lib/"
 done

@@ -23,6 +23,7 @@
 #include "reports/json_report.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
+#include "sharders/core/nvtx.hpp"
 
 namespace cpbench {
 
@@ -156,6 +157,8 @@ RunResult run_case(const ScenarioSpec& s, const CaseSpec& c, RankRuntime& rt) {
         const ScopedIntraOpThreads threads(reference_threads(rt.local_world_size, c.cp));
         return run_references(x);
       };
+      // One range per case, computed or reused (docs/timeline.md: a reused reference's is short).
+      const nvtx::Range range{x.nvtx, "reference"};
       if (rt.references)
         kept = rt.references->get(s, reference_problem_key(s, c, x.dp_index, x.device), x.cuda, compute, reused);
       else

@@ -4,7 +4,6 @@
 
 #include "harness/runner/reference_check.hpp"
 #include "kernels/attention/reference.hpp"
-#include "sharders/core/nvtx.hpp"
 
 namespace cpbench {
 
@@ -56,7 +55,6 @@ bool single_rank_uses_cp_kernels(AttentionKernels kernels, bool cuda, at::Scalar
 }
 
 References run_references(CaseContext& x) {
-  nvtx::Range range{x.nvtx, "reference"};
   const auto t = std::chrono::steady_clock::now();
   References r;
   if (!judged_by_precision(x.c.dtype, x.s.model.has_recurrent())) {

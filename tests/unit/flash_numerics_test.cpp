@@ -20,6 +20,7 @@
 #include "kernels/attention/fused_attention.hpp"
 #include "kernels/attention/plan_cache.hpp"
 #include "kernels/transports/transport.hpp"
+#include "tests/unit/numerics_diagnostics.hpp"
 
 namespace cpbench {
 namespace {
@@ -95,7 +96,7 @@ TEST(FlashNumerics, TiledKernelRoundsWhereFlashAttention2Does) {
       // What FA2 writes in 16 bits is representable in 16 bits.
       for (const auto& [name, t] : {std::pair{"out", got.out}, {"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}})
         EXPECT_TRUE(representable(t, dt)) << what << ": " << name << " is not rounded to the input dtype";
-      EXPECT_LT(mean_abs(got.lse[0], e.lse), 1e-6) << what << ": lse";
+      EXPECT_LT(mean_abs(got.lse[0], e.lse), 1e-6) << what << ": lse" << test::numerics_diagnostics(got.lse[0], e.lse);
       // Each rounding matters: leaving one out of the emulation moves it further from the kernel than
       // the kernel is from the full emulation (which differs only where float32 and float64 round a
       // value to different sides of a 16-bit midpoint).

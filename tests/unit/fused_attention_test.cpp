@@ -19,6 +19,7 @@
 #include "kernels/transports/head_parallel.hpp"
 #include "kernels/transports/transport_common.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/numerics_diagnostics.hpp"
 
 namespace cpbench {
 namespace {
@@ -93,7 +94,7 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, double tol, con
   EXPECT_FALSE(at::isnan(got).any().item<bool>()) << what << ": NaN";
   const at::Tensor g = got.masked_fill(inf_g, 0).to(at::kDouble), w = want.masked_fill(inf_w, 0).to(at::kDouble);
   const double err = (g - w).abs().max().item<double>(), scale = std::max(1.0, w.abs().max().item<double>());
-  EXPECT_LE(err / scale, tol) << what;
+  EXPECT_LE(err / scale, tol) << what << test::numerics_diagnostics(g, w);
 }
 
 class FusedBlock : public ::testing::TestWithParam<at::ScalarType> {};
