@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "harness/fs_util.hpp"
+#include "harness/model/hf_config.hpp"
+#include "harness/model/model.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
@@ -13,12 +15,14 @@
 namespace cpbench {
 
 void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
-  std::string models, clusters;
+  std::string models, clusters, types, tiny;
   for (const auto& m : plan::model_presets()) models += (models.empty() ? "" : ", ") + m.name;
   for (const auto& c : plan::cluster_presets()) clusters += (clusters.empty() ? "" : ", ") + c.name;
+  for (const auto& t : known_model_types()) types += (types.empty() ? "" : ", ") + t;
+  for (const auto& t : ModelConfig::preset_names()) tiny += (tiny.empty() ? "" : ", ") + t;
   cmd.add_option("--model", o.model,
-                 "a Hugging Face config.json (llama, mistral, qwen2, qwen3, nemotron_h, jamba, mamba2), or a "
-                 "shipped one by name: " + models + " (or cpbench's tiny, tiny-hybrid, tiny-gdn, small)");
+                 "a Hugging Face config.json (model_type " + types + "), or a shipped one by name: " + models +
+                     " (or cpbench's " + tiny + ")");
   cmd.add_option("--layers", o.layers,
                  "mixer layers (overrides the model; a hybrid keeps its share of attention layers, spread evenly)");
   cmd.add_option("--hidden", o.hidden, "hidden size");

@@ -39,20 +39,24 @@ bool ModelConfig::has_recurrent() const {
   return false;
 }
 
+std::vector<std::string> ModelConfig::preset_names() {
+  std::vector<std::string> out{"tiny"};
+  for (const auto& m : cpbench::mixers())
+    if (!m->preset().empty()) out.push_back(m->preset());
+  out.emplace_back("small");
+  return out;
+}
+
 ModelConfig ModelConfig::preset_named(const std::string& name) {
   ModelConfig c;
   c.preset = name;
   if (name == "tiny") return c;
-  if (name == "tiny-hybrid") {
-    c.layers = 3;
-    c.mixers = "MAM";
-    return c;
-  }
-  if (name == "tiny-gdn") {
-    c.layers = 3;
-    c.mixers = "GAG";
-    return c;
-  }
+  for (const auto& m : cpbench::mixers())
+    if (!m->preset().empty() && m->preset() == name) {
+      c.layers = 3;
+      c.mixers = std::string{m->letter(), kDefaultMixer, m->letter()};
+      return c;
+    }
   if (name == "small") {
     c.layers = 4;
     c.hidden = 256;
@@ -62,7 +66,9 @@ ModelConfig ModelConfig::preset_named(const std::string& name) {
     c.ffn = 704;
     return c;
   }
-  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: tiny, tiny-hybrid, tiny-gdn, small"));
+  std::string known;
+  for (const auto& p : preset_names()) known += (known.empty() ? "" : ", ") + p;
+  throw UsageError(detail::concat("model.preset: unknown preset '", name, "'; known presets: ", known));
 }
 
 namespace {

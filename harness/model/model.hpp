@@ -41,8 +41,12 @@ struct ModelConfig : MixerConfigs {
   [[nodiscard]] bool has_recurrent() const;
   // Throws UsageError naming the field for impossible shapes.
   void validate() const;
-  // "tiny" (CI), "tiny-hybrid" (tiny with mixers MAM), "tiny-gdn" (tiny with mixers GAG) and "small"; throws UsageError listing the presets on an unknown name.
+  // "tiny" (CI), one three-layer preset per registered mixer with its own layers (its Mixer::preset():
+  // "tiny-hybrid" = MAM, "tiny-gdn" = GAG) and "small"; throws UsageError listing the presets on an
+  // unknown name.
   static ModelConfig preset_named(const std::string& name);
+  // The names preset_named takes, in that order.
+  static std::vector<std::string> preset_names();
 };
 
 struct ModelOutput {

@@ -101,7 +101,7 @@ std::string default_cluster(const std::vector<int64_t>& cps) {
 ModelShape model_preset(const std::string& name) {
   for (const auto& m : model_presets())
     if (m.name == name) return m;
-  if (name == "tiny" || name == "tiny-hybrid" || name == "tiny-gdn" || name == "small") {
+  if (const auto tiny = ModelConfig::preset_names(); std::find(tiny.begin(), tiny.end(), name) != tiny.end()) {
     const ModelConfig c = ModelConfig::preset_named(name);
     ModelShape m;
     m.name = name;
@@ -116,7 +116,7 @@ ModelShape model_preset(const std::string& name) {
   }
   std::vector<std::string> known;
   for (const auto& m : model_presets()) known.push_back(m.name);
-  for (const char* t : {"tiny", "tiny-hybrid", "tiny-gdn", "small"}) known.emplace_back(t);
+  for (const auto& t : ModelConfig::preset_names()) known.push_back(t);
   throw UsageError(detail::concat("--model: unknown model preset '", name, "' (known: ", join(known),
                                   "; or a path to a Hugging Face config.json)"));
 }

@@ -132,6 +132,9 @@ struct MixerInfo {
   // The scenario axis that picks its CP strategy ("" = none: attention's strategies are the transports,
   // on the `transport` axis).
   std::string strategy_axis;
+  // The name of cpbench's three-layer test preset with its layers around one attention layer
+  // (letter, A, letter: "tiny-hybrid" = MAM); "" for none (attention: "tiny" is all attention).
+  std::string preset;
 };
 
 class Mixer {
@@ -142,6 +145,7 @@ class Mixer {
   [[nodiscard]] const std::string& name() const { return info_.name; }
   [[nodiscard]] const std::string& label() const { return info_.label; }
   [[nodiscard]] const std::string& description() const { return info_.description; }
+  [[nodiscard]] const std::string& preset() const { return info_.preset; }
 
   // ---- config ----
   [[nodiscard]] const std::string& config_key() const { return info_.config_key; }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "harness/model/model.hpp"
+#include "harness/planner/presets.hpp"
 #include "harness/runner/scenario.hpp"
 #include "kernels/controls/control.hpp"
 #include "kernels/mixers/mixer.hpp"
@@ -58,6 +59,35 @@ TEST(MixerRegistry, LettersNamesAndStrategiesAreUniqueAndFound) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown mixer letter 'X'; known mixers: A (attention), M (Mamba), G (Gated DeltaNet)"),
               std::string::npos)
+        << e.what();
+  }
+}
+
+// Every mixer with layers of its own has a three-layer preset (its letter around one attention layer),
+// known to the scenario reader and the planner by the same name; an unknown preset lists them all.
+TEST(MixerRegistry, EachMixerHasItsThreeLayerPreset) {
+  std::vector<std::string> want{"tiny"};
+  for (const auto& m : mixers()) {
+    if (m->letter() == kDefaultMixer) {
+      EXPECT_EQ(m->preset(), "") << "attention's preset is tiny itself";
+      continue;
+    }
+    ASSERT_FALSE(m->preset().empty()) << m->name();
+    want.push_back(m->preset());
+    const ModelConfig c = ModelConfig::preset_named(m->preset());
+    EXPECT_EQ(c.mixers, std::string({m->letter(), kDefaultMixer, m->letter()})) << m->preset();
+    EXPECT_EQ(c.layers, 3) << m->preset();
+    EXPECT_EQ(plan::model_preset(m->preset()).mixers, c.mixers) << m->preset();
+  }
+  want.emplace_back("small");
+  EXPECT_EQ(ModelConfig::preset_names(), want);
+  EXPECT_EQ(ModelConfig::preset_named("tiny-hybrid").mixers, "MAM");  // the names users' scenarios carry
+  EXPECT_EQ(ModelConfig::preset_named("tiny-gdn").mixers, "GAG");
+  try {
+    (void)ModelConfig::preset_named("tiny-rwkv");
+    FAIL() << "an unknown preset was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("known presets: tiny, tiny-hybrid, tiny-gdn"), std::string::npos)
         << e.what();
   }
 }

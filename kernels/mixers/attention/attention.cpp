@@ -51,7 +51,7 @@ class AttentionLayer final : public MixerLayer {
 
 class AttentionMixer final : public Mixer {
  public:
-  AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "", ""}) {}
+  AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "", "", ""}) {}
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& /*configs*/,
                                                        const LayerInit& init) const override {
     return std::make_unique<AttentionLayer>(init);

@@ -57,7 +57,7 @@ GdnCpStrategy gdn_strategy(const std::string& name) {
 
 class GdnMixer final : public LinearMixer {
  public:
-  GdnMixer() : LinearMixer({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp"}) {}
+  GdnMixer() : LinearMixer({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp", "tiny-gdn"}) {}
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.gdn.fields(); }
   void validate(const MixerConfigs& c) const override { c.gdn.validate(); }
   [[nodiscard]] std::vector<std::string> strategies() const override { return known_gdn_cp_strategies(); }

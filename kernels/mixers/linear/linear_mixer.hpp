@@ -4,6 +4,7 @@
 // "state_passing"; the same refusal rule for state passing; a state-dropped negative control; the layer's
 // recurrent section timed by the step's clock. Each supplies its sizes, its layer and its formulas.
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 
@@ -40,6 +41,12 @@ class LinearMixer : public Mixer {
     out.activation_bytes = q.rows * s * (z.in_proj_width + z.conv_channels + z.out_width) * q.elem_bytes +
                            working_set_bytes(configs, q, s, Q) + cp_extra_memory(configs, strategy, q);
     return out;
+  }
+  // "<label>_bytes_per_rank" in lower case: ssm_bytes_per_rank (Mamba), gdn_bytes_per_rank (Gated DeltaNet).
+  [[nodiscard]] std::string bytes_metric() const override {
+    std::string m = label();
+    std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return m + "_bytes_per_rank";
   }
   [[nodiscard]] std::string unsupported_reason(const MixerConfigs& configs, const std::string& strategy,
                                                const Layout& layout, int64_t cp) const override {

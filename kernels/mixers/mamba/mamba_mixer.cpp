@@ -56,7 +56,7 @@ SsmCpStrategy ssm_strategy(const std::string& name) {
 
 class MambaMixer final : public LinearMixer {
  public:
-  MambaMixer() : LinearMixer({'M', "mamba", "SSM", "Mamba", "ssm", "ssm_cp"}) {}
+  MambaMixer() : LinearMixer({'M', "mamba", "SSM", "Mamba", "ssm", "ssm_cp", "tiny-hybrid"}) {}
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.ssm.fields(); }
   void validate(const MixerConfigs& c) const override { c.ssm.validate(); }
   // Shrinking a real model's heads without naming its groups keeps its heads per group.
@@ -93,7 +93,6 @@ class MambaMixer final : public LinearMixer {
   [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
     return 3.0 * ssm_scan_flops(seq_len, c.ssm.chunk, c.ssm.head_dim, c.ssm.state) * static_cast<double>(c.ssm.heads);
   }
-  [[nodiscard]] std::string bytes_metric() const override { return "ssm_bytes_per_rank"; }
   [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
     const SsmConfig& c = configs.ssm;
     return "SSM " + std::to_string(c.heads) + " heads x " + std::to_string(c.head_dim) + ", state " +
