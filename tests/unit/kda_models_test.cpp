@@ -76,8 +76,9 @@ TEST(KdaModels, PlannerPricesBothStrategiesForKimiLinear) {
     EXPECT_GT(c.ssm.bytes_per_rank, 0);
     passing += c.ssm.strategy == "state_passing";
     for (const auto& d : q.cases)
-      if (c.cp == d.cp && c.sharder == d.sharder && c.ssm.strategy == d.ssm.strategy)
+      if (c.cp == d.cp && c.sharder == d.sharder && c.ssm.strategy == d.ssm.strategy) {
         EXPECT_EQ(d.ssm.bytes_per_rank, (c.ssm.strategy == "state_passing" ? 1 : 4) * c.ssm.bytes_per_rank) << c.sharder;
+      }
   }
   EXPECT_EQ(passing, 4);
 }

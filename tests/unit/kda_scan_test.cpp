@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/mixers/gdn/gdn_scan.hpp"
+#include "sharders/core/check.hpp"
 
 using namespace cpbench;
 

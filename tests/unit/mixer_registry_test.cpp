@@ -50,7 +50,7 @@ TEST(MixerRegistry, LettersNamesAndStrategiesAreUniqueAndFound) {
     }
   }
   EXPECT_EQ(letters, (std::set<char>{'A', 'M', 'G', 'K'}));
-  EXPECT_EQ(axes, (std::set<std::string>{"ssm_cp", "gdn_cp"}));
+  EXPECT_EQ(axes, (std::set<std::string>{"ssm_cp", "gdn_cp", "kda_cp"}));
   EXPECT_EQ(find_mixer("rwkv"), nullptr);
   try {
     (void)mixer_for('X');
