@@ -20,7 +20,7 @@ int64_t HfModel::sliding_layers() const { return static_cast<int64_t>(std::count
 const std::vector<std::string>& known_model_types() {
   static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
                                                "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                                               "qwen3_5_moe_text"};
+                                               "qwen3_5_moe_text", "kimi_linear"};
   return all;
 }
 
@@ -191,6 +191,35 @@ void read_gated_deltanet_hybrid(const Fields& f, HfModel& m) {
   }
 }
 
+// Kimi Linear: KDA layers and MLA layers (read as plain attention: heads x (qk_nope + qk_rope) dims),
+// linear_attn_config's 1-based kda_layers / full_attn_layers; MoE after first_k_dense_replace.
+void read_kimi_linear(const Fields& f, HfModel& m) {
+  if (!f.has("linear_attn_config") || !f.j["linear_attn_config"].is_object())
+    f.fail("linear_attn_config", "missing (model_type kimi_linear keeps its KDA sizes there)");
+  const Fields lin{f.j["linear_attn_config"], f.file + ": linear_attn_config", f.model_type};
+  const auto listed = [&](const char* key, int64_t layer) {
+    if (!lin.has(key) || !lin.j[key].is_array()) lin.fail(key, "expected a list of 1-based layer numbers");
+    return std::find(lin.j[key].begin(), lin.j[key].end(), layer) != lin.j[key].end();
+  };
+  for (int64_t i = 0; i < m.blocks; ++i) {
+    if (listed("full_attn_layers", i + 1)) m.mixers += 'A';
+    else if (listed("kda_layers", i + 1)) m.mixers += 'K';
+    else lin.fail("kda_layers", "layer " + std::to_string(i + 1) + " is in neither kda_layers nor full_attn_layers");
+  }
+  m.heads = f.integer("num_attention_heads");
+  m.kv_heads = f.integer_or("num_key_value_heads", m.heads);
+  m.head_dim = f.integer("qk_nope_head_dim") + f.integer("qk_rope_head_dim", 0);
+  m.rope_theta = f.number_or("rope_theta", 10000);
+  m.sliding.assign(m.mixers.size(), false), m.mlp_layers = m.blocks;
+  m.kda.heads = lin.integer("num_heads");
+  m.kda.key_head_dim = m.kda.value_head_dim = m.kda.gate_rank = lin.integer("head_dim");
+  m.kda.conv = lin.integer("short_conv_kernel_size");
+  m.experts = f.integer_or("num_experts", 0, 0);
+  m.moe_layers = m.experts > 0 ? m.blocks - f.integer_or("first_k_dense_replace", 0, 0) : 0;
+  m.experts_per_token = m.experts > 0 ? f.integer("num_experts_per_token") : 0;
+  m.ffn = m.moe_layers > 0 ? f.integer("moe_intermediate_size") : f.integer("intermediate_size");
+}
+
 HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name) {
   if (!j.is_object()) throw UsageError(file + ": expected a JSON object (a Hugging Face config.json)");
   HfModel m;
@@ -291,6 +320,9 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
     }
   } else if (t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text") {
     read_gated_deltanet_hybrid(f, m);
+    return m;
+  } else if (t == "kimi_linear") {
+    read_kimi_linear(f, m);
     return m;
   } else if (t == "mamba2") {
     m.mixers.assign(static_cast<size_t>(m.blocks), 'M');

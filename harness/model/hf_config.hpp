@@ -33,6 +33,9 @@
 //                                  num_experts > 0 (moe_intermediate_size, num_experts_per_tok; layers in
 //                                  mlp_only_layers keep a dense MLP of intermediate_size)
 //   qwen3_5, qwen3_5_moe           the multimodal wrapper: its `text_config` object is read as above
+//   kimi_linear                    linear_attn_config: kda_layers (K) / full_attn_layers (A), 1-based, num_heads,
+//                                  head_dim (dk = dv = gate rank), short_conv_kernel_size; MLA as plain attention
+//                                  (qk_nope + qk_rope dims); MoE after first_k_dense_replace dense layers
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.

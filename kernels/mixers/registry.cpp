@@ -9,11 +9,12 @@ namespace cpbench {
 std::unique_ptr<Mixer> make_attention_mixer();  // kernels/mixers/attention/
 std::unique_ptr<Mixer> make_mamba_mixer();      // kernels/mixers/mamba/
 std::unique_ptr<Mixer> make_gdn_mixer();        // kernels/mixers/gdn/
+std::unique_ptr<Mixer> make_kda_mixer();        // kernels/mixers/kda/
 
 const std::vector<std::unique_ptr<Mixer>>& mixers() {
   static const std::vector<std::unique_ptr<Mixer>> all = [] {
     std::vector<std::unique_ptr<Mixer>> v;
-    for (const auto& make : {make_attention_mixer, make_mamba_mixer, make_gdn_mixer}) v.push_back(make());
+    for (const auto& make : {make_attention_mixer, make_mamba_mixer, make_gdn_mixer, make_kda_mixer}) v.push_back(make());
     return v;
   }();
   return all;

@@ -50,14 +50,14 @@ TEST(MixerRegistry, LettersNamesAndStrategiesAreUniqueAndFound) {
       EXPECT_EQ(m->case_suffix(m->strategies().front()), "") << "the default strategy leaves the case name alone";
     }
   }
-  EXPECT_EQ(letters, (std::set<char>{'A', 'M', 'G'}));
-  EXPECT_EQ(axes, (std::set<std::string>{"ssm_cp", "gdn_cp"}));
+  EXPECT_EQ(letters, (std::set<char>{'A', 'M', 'G', 'K'}));
+  EXPECT_EQ(axes, (std::set<std::string>{"ssm_cp", "gdn_cp", "kda_cp"}));
   EXPECT_EQ(find_mixer("rwkv"), nullptr);
   try {
     (void)mixer_for('X');
     FAIL() << "an unknown letter was found";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown mixer letter 'X'; known mixers: A (attention), M (Mamba), G (Gated DeltaNet)"),
+    EXPECT_NE(std::string(e.what()).find("unknown mixer letter 'X'; known mixers: A (attention), M (Mamba), G (Gated DeltaNet), K (Kimi Delta Attention)"),
               std::string::npos)
         << e.what();
   }
@@ -94,7 +94,7 @@ TEST(MixerRegistry, EachMixerHasItsThreeLayerPreset) {
 
 TEST(MixerRegistry, UnknownLettersAndStrategiesListTheKnownOnes) {
   EXPECT_NE(refusal("model: {layers: 2, mixers: AX}\nsweep: {cp: 1}\n")
-                .find("known mixers: A (attention), M (Mamba), G (Gated DeltaNet)"),
+                .find("known mixers: A (attention), M (Mamba), G (Gated DeltaNet), K (Kimi Delta Attention)"),
             std::string::npos)
       << refusal("model: {layers: 2, mixers: AX}\nsweep: {cp: 1}\n");
   EXPECT_NE(refusal("model: {preset: tiny-hybrid}\nsweep: {cp: 2, ssm_cp: ring}\n")

@@ -79,6 +79,7 @@ TEST(PlanShippedModels, EveryShippedModelIsPlannedThroughTheCliAndItsJsonHolds) 
     EXPECT_EQ(train["model"]["hidden"].get<int64_t>(), text.at("hidden_size").get<int64_t>());
     const std::string mixers = train["model"].value("mixers", std::string());
     const bool gdn = mixers.find('G') != std::string::npos, mamba = mixers.find('M') != std::string::npos;
+    const bool kda = mixers.find('K') != std::string::npos;
     ASSERT_FALSE(train["cases"].empty());
     EXPECT_EQ(train["cases"].size(), fwd["cases"].size());
     EXPECT_FALSE(train["recommendation"]["sharder"].get<std::string>().empty());
@@ -92,7 +93,7 @@ TEST(PlanShippedModels, EveryShippedModelIsPlannedThroughTheCliAndItsJsonHolds) 
       const double step = c["predicted_step_s"].get<double>();
       EXPECT_GT(step, 0);
       EXPECT_GT(c["efficiency"].get<double>(), 0);
-      ASSERT_EQ(c.contains("ssm"), gdn || mamba);
+      ASSERT_EQ(c.contains("ssm"), gdn || mamba || kda);
       const double linear_step = c.contains("ssm") ? c["ssm"]["step_s"].get<double>() : 0.0;
       EXPECT_NEAR(step, c["attention_step_s"].get<double>() + linear_step, 1e-9 * step);
       const auto it = forward_cases.find(key_of(c));
@@ -100,7 +101,7 @@ TEST(PlanShippedModels, EveryShippedModelIsPlannedThroughTheCliAndItsJsonHolds) 
       if (!c.contains("ssm")) continue;
       const json& s = c["ssm"];
       const json& f = it->second["ssm"];
-      EXPECT_EQ(s["mixer"].get<std::string>(), gdn ? "GDN" : "SSM");
+      EXPECT_EQ(s["mixer"].get<std::string>(), gdn ? "GDN" : kda ? "KDA" : "SSM");
       EXPECT_GT(s["flops_per_rank"].get<double>(), 0);
       EXPECT_EQ(s["bytes_per_rank"].get<int64_t>(), 2 * f["bytes_per_rank"].get<int64_t>()) << s["strategy"];
       if (W > 1) {

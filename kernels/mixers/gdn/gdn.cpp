@@ -61,8 +61,6 @@ GdnCpShape gdn_layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, in
   return gdn_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
 }
 
-at::Tensor gdn_l2_normalize(const at::Tensor& x) { return x * at::rsqrt((x * x).sum(-1, true) + 1e-6); }
-
 }  // namespace
 
 namespace {
@@ -104,9 +102,9 @@ GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, cons
   GdnScanInputs in;
   // Value head i reads key head i / (hv / hk): each key head's q and k repeated for its value heads.
   const int64_t per_key = hv / hk;
-  in.q = (gdn_l2_normalize(x.narrow(2, 0, kd).reshape({R, L, hk, dk})) / std::sqrt(static_cast<double>(dk)))
+  in.q = (delta_rule_l2_normalize(x.narrow(2, 0, kd).reshape({R, L, hk, dk})) / std::sqrt(static_cast<double>(dk)))
              .repeat_interleave(per_key, 2);
-  in.k = gdn_l2_normalize(x.narrow(2, kd, kd).reshape({R, L, hk, dk})).repeat_interleave(per_key, 2);
+  in.k = delta_rule_l2_normalize(x.narrow(2, kd, kd).reshape({R, L, hk, dk})).repeat_interleave(per_key, 2);
   in.v = x.narrow(2, 2 * kd, hv * dv).reshape({R, L, hv, dv});
   // Pad slots get g = beta = 0: the state passes them unchanged.
   const at::Tensor keep = valid.to(ct).unsqueeze(-1);
@@ -115,15 +113,23 @@ GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, cons
   return in;
 }
 
+at::Tensor delta_rule_l2_normalize(const at::Tensor& x) { return x * at::rsqrt((x * x).sum(-1, true) + 1e-6); }
+
 at::Tensor gdn_gated_norm(const at::Tensor& o, const at::Tensor& z, const at::Tensor& norm_w, const GdnConfig& c) {
-  const int64_t R = o.size(0), L = o.size(1), Hv = c.value_heads, dv = c.value_head_dim;
-  CP_CHECK(o.dim() == 3 && o.size(2) == Hv * dv && z.sizes() == o.sizes(), "gdn: gated norm of o ",
-           shape_str(o.sizes()), " with z ", shape_str(z.sizes()), ", expected [R, L, ", Hv * dv, "]");
+  return gated_rms_norm(o, z, norm_w, c.value_heads, c.value_head_dim, /*sigmoid_gate=*/false);
+}
+
+at::Tensor gated_rms_norm(const at::Tensor& o, const at::Tensor& z, const at::Tensor& norm_w, int64_t heads,
+                          int64_t dv, bool sigmoid_gate) {
+  const int64_t R = o.size(0), L = o.size(1);
+  CP_CHECK(o.dim() == 3 && o.size(2) == heads * dv && z.sizes() == o.sizes(), "gated norm of o ",
+           shape_str(o.sizes()), " with z ", shape_str(z.sizes()), ", expected [R, L, ", heads * dv, "]");
   const at::ScalarType ct = recurrence_dtype(o.scalar_type());
-  const at::Tensor h = o.to(ct).view({R, L, Hv, dv});
+  const at::Tensor h = o.to(ct).view({R, L, heads, dv});
+  const at::Tensor zc = z.to(ct).view({R, L, heads, dv});
   const at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * norm_w.to(ct) *
-                       at::silu(z.to(ct).view({R, L, Hv, dv}));
-  return y.reshape({R, L, Hv * dv}).to(o.scalar_type());
+                       (sigmoid_gate ? at::sigmoid(zc) : at::silu(zc));
+  return y.reshape({R, L, heads * dv}).to(o.scalar_type());
 }
 
 namespace {

@@ -85,17 +85,28 @@ struct GdnCpOptions {
 // silu(z); o, z [R, L, Hv*dv] -> [R, L, Hv*dv] in o's dtype.
 [[nodiscard]] at::Tensor gdn_gated_norm(const at::Tensor& o, const at::Tensor& z, const at::Tensor& norm_w,
                                         const GdnConfig& config);
+// The same for `heads` heads of dv channels, the gate silu(z) or (sigmoid_gate, KDA's) sigmoid(z).
+[[nodiscard]] at::Tensor gated_rms_norm(const at::Tensor& o, const at::Tensor& z, const at::Tensor& norm_w,
+                                        int64_t heads, int64_t dv, bool sigmoid_gate);
+// x / sqrt(sum x^2 + 1e-6) over the last dim (q and k of the delta rule).
+[[nodiscard]] at::Tensor delta_rule_l2_normalize(const at::Tensor& x);
 
 // The delta rule's inputs from the conv's taps, as gdn_chunk_scan takes them, in the compute dtype `ct`.
 // taps [R, L, K, cc] (cc = 2*hk*dk + hv*dv: [q | k | v] of hk key and hv value heads), conv_w [cc, K],
 // ba [R, L, 2*hv] ([b | a]), valid [R, L], dt_bias and A_log [hv]. Key heads are mapped to value heads
 // (value head i reads key head i / (hv / hk)).
 struct GdnScanInputs {
-  at::Tensor q, k, v, g, beta;
+  at::Tensor q, k, v, g, beta;  // g [R, L, hv] (GDN) or [R, L, hv, dk] (a per-channel gate)
 };
 [[nodiscard]] GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, const at::Tensor& valid,
                                             const at::Tensor& conv_w, const at::Tensor& dt_bias,
                                             const at::Tensor& A_log, int64_t hk, int64_t hv, int64_t dk, int64_t dv,
                                             at::ScalarType ct);
+
+// Steps 2-5 of state passing (gdn_state_passing.cpp) for any delta-rule layer: `in` this rank's scan
+// inputs over ctx.state_passing's local tokens (a scalar or per-channel g) -> o [R, L, H, dv] in the
+// compute dtype; one all-gather of the chunk pairs (NVTX `<nvtx>:<phase>`). W = 1: the chunked form alone.
+[[nodiscard]] at::Tensor delta_rule_state_passing(const GdnScanInputs& in, const LinearStepContext& ctx,
+                                                  const char* phase);
 
 }  // namespace cpbench

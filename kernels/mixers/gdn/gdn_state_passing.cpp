@@ -1,4 +1,5 @@
-// State-passing context parallelism for the Gated DeltaNet layer (gdn_cp: state_passing; the zigzag
+// State-passing context parallelism for the delta-rule layers (Gated DeltaNet, gdn_cp: state_passing; Kimi
+// Delta Attention, kda_cp: state_passing, the same steps with a per-channel decay; the zigzag
 // state chain of flash-linear-attention PR #1221, Megatron-LM #3282). The sequence stays split as the
 // layout split it; the chunk plan is the Mamba one (make_state_passing_plan, kernels/mixers/linear/state_passing.hpp: the
 // same chunks, stream order, conv sources and halo rows, the same reset and carry masks).
@@ -34,7 +35,7 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
                                      const GdnStepContext& ctx) {
   CP_CHECK(ctx.state_passing != nullptr, "gdn: state passing without its step plan");
   const StatePassingPlan& sp = *ctx.state_passing;
-  const int64_t W = sp.cp, R = proj.size(0), L = proj.size(1);
+  const int64_t R = proj.size(0), L = proj.size(1);
   CP_CHECK(c.conv == sp.conv, "gdn state passing: conv ", c.conv, ", the step's plan has ", sp.conv, " (rank ",
            sp.rank, ")");
   const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
@@ -44,8 +45,14 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
   const at::Tensor taps = state_passing_taps(proj.narrow(2, 0, cc), ctx, "gdn_halo");
   const GdnScanInputs in = gdn_scan_inputs(taps, proj.narrow(2, cc + c.value_dim(), 2 * Hv), sp.local.valid,
                                            params.conv_w, params.dt_bias, params.A_log, Hk, Hv, dk, dv, ct);
-  if (W == 1)
-    return gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, sp.local.group, ctx.chunk).o.reshape({R, L, Hv * dv}).to(st);
+  return delta_rule_state_passing(in, ctx, "gdn_states").reshape({R, L, Hv * dv}).to(st);
+}
+
+at::Tensor delta_rule_state_passing(const GdnScanInputs& in, const LinearStepContext& ctx, const char* phase) {
+  CP_CHECK(ctx.state_passing != nullptr, "delta rule: state passing without its step plan");
+  const StatePassingPlan& sp = *ctx.state_passing;
+  const int64_t W = sp.cp, R = in.v.size(0), Hv = in.v.size(2), dk = in.k.size(3), dv = in.v.size(3);
+  if (W == 1) return gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, sp.local.group, ctx.chunk).o;
 
   // Step 2: each own chunk from zero, with dk identity-started columns for its transition and readout.
   const auto opts = in.v.options();
@@ -64,7 +71,7 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
   }
 
   // Steps 3-4: every chunk's pair, composed in stream order up to this rank's last chunk.
-  const at::Tensor all = gather_chunk_summaries(std::move(pairs), ctx, "gdn_states");  // [W * slots, R, Hv, dk, dk + dv]
+  const at::Tensor all = gather_chunk_summaries(std::move(pairs), ctx, phase);  // [W * slots, R, Hv, dk, dk + dv]
   const std::vector<at::Tensor> incoming = compose_incoming(
       sp, all, at::zeros({R, Hv, dk, dv}, opts), [dk, dv](const at::Tensor& pair, const at::Tensor& state) {
         return at::matmul(pair.narrow(-1, 0, dk), state) + pair.narrow(-1, dk, dv);
@@ -83,8 +90,7 @@ at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& pa
   }
   // Every rank must run the all-gather's backward (a collective), also one whose chunks receive nothing
   // (the stream's first chunk, or the negative control): tie the gathered pairs in.
-  const at::Tensor o = at::cat(pieces, 1) + all.sum() * 0;
-  return o.reshape({R, L, Hv * dv}).to(st);
+  return at::cat(pieces, 1) + all.sum() * 0;
 }
 
 }  // namespace cpbench

@@ -1,0 +1,137 @@
+#include "kernels/mixers/kda/kda.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/mixers/linear/state_passing.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+
+void KdaConfig::validate() const {
+  for (const auto& [key, v] : std::vector<std::pair<const char*, int64_t>>{
+           {"heads", heads}, {"key_head_dim", key_head_dim}, {"value_head_dim", value_head_dim},
+           {"conv", conv}, {"chunk", chunk}, {"gate_rank", gate_rank}})
+    CP_CHECK_USAGE(v >= 1, "model.kda.", key, ": expected a positive integer, got ", v);
+}
+
+std::vector<ConfigField> KdaConfig::fields() {
+  return {{"heads", &heads}, {"key_head_dim", &key_head_dim}, {"value_head_dim", &value_head_dim},
+          {"conv", &conv},   {"chunk", &chunk},               {"gate_rank", &gate_rank}};
+}
+
+std::string KdaConfig::cp_unsupported_reason(int64_t cp) const {
+  if (heads % cp != 0)
+    return detail::concat("model.kda.heads ", heads, " is not divisible by cp ", cp,
+                          " (head-parallel CP gives every rank heads/cp heads)");
+  return "";
+}
+
+namespace {
+
+// Channels of proj ([q | k | v | b | f]) rank r of W runs: its heads' q, k, v, b and gate channels. With
+// `conv_coords`, the same channels of conv1d ([q | k | v]).
+std::vector<int64_t> kda_rank_channels(const KdaConfig& c, int64_t W, int64_t r, bool conv_coords) {
+  const int64_t h = c.heads / W, h0 = r * h, dk = c.key_head_dim, dv = c.value_head_dim;
+  std::vector<int64_t> idx;
+  const auto range = [&](int64_t start, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
+  };
+  range(h0 * dk, h * dk);                    // q
+  range(c.key_dim() + h0 * dk, h * dk);      // k
+  range(2 * c.key_dim() + h0 * dv, h * dv);  // v
+  if (conv_coords) return idx;
+  range(c.conv_channels() + h0, h);                        // b
+  range(c.conv_channels() + c.heads + h0 * dk, h * dk);    // f, this rank's heads' key channels
+  return idx;
+}
+
+LinearLayerSpec kda_spec(const KdaConfig& c) {
+  return {"kda", c.conv, c.chunk, c.heads,
+          [&c](int64_t W, int64_t q, bool conv_coords) { return kda_rank_channels(c, W, q, conv_coords); },
+          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
+}
+
+GdnCpShape kda_layer_shape(const KdaConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
+  return kda_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
+}
+
+}  // namespace
+
+KdaStepContext single_rank_kda_context(const TokenMeta& meta, const MaskSpec& mask, const KdaConfig& config,
+                                       at::ScalarType dtype, const at::Device& device) {
+  KdaStepContext ctx;
+  fill_single_rank_context(ctx, kda_spec(config), meta, mask, dtype, device);
+  ctx.shape = kda_layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
+  return ctx;
+}
+
+KdaStepContext cp_kda_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
+                              const MaskSpec& mask, const KdaConfig& config, at::ScalarType dtype,
+                              const at::Device& device, std::string nvtx, const GdnCpOptions& options) {
+  KdaStepContext ctx;
+  ctx.strategy = options.strategy;
+  ctx.shape = kda_layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
+  const LinearCpRequest request{options.strategy == GdnCpStrategy::state_passing, options.drop_incoming_state, true};
+  ctx.shape.chunks_per_rank =
+      fill_cp_context(ctx, kda_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
+  return ctx;
+}
+
+GdnScanInputs kda_scan_inputs(const at::Tensor& taps, const at::Tensor& bf, const at::Tensor& valid,
+                              const at::Tensor& conv_w, const at::Tensor& dt_bias, const at::Tensor& A_log, int64_t h,
+                              int64_t dk, int64_t dv, at::ScalarType ct) {
+  const int64_t R = taps.size(0), L = taps.size(1), kd = h * dk;
+  CP_CHECK(taps.dim() == 4 && taps.size(3) == 2 * kd + h * dv && bf.size(2) == h + kd && dt_bias.size(0) == kd &&
+               A_log.size(0) == h,
+           "kda: taps ", shape_str(taps.sizes()), ", [b | f] ", shape_str(bf.sizes()), ", dt_bias ",
+           shape_str(dt_bias.sizes()), " for ", h, " heads x ", dk, " / ", dv);
+  const at::Tensor x = at::silu((taps.to(ct) * conv_w.to(ct).t().unsqueeze(0).unsqueeze(0)).sum(2));
+  GdnScanInputs in;
+  in.q = delta_rule_l2_normalize(x.narrow(2, 0, kd).reshape({R, L, h, dk})) / std::sqrt(static_cast<double>(dk));
+  in.k = delta_rule_l2_normalize(x.narrow(2, kd, kd).reshape({R, L, h, dk}));
+  in.v = x.narrow(2, 2 * kd, h * dv).reshape({R, L, h, dv});
+  const at::Tensor keep = valid.to(ct).unsqueeze(-1);
+  in.beta = at::sigmoid(bf.narrow(2, 0, h).to(ct)) * keep;
+  // Per head and key channel: f and dt_bias are [h*dk] in head-major order.
+  const at::Tensor f = (bf.narrow(2, h, kd).to(ct) + dt_bias.to(ct)).reshape({R, L, h, dk});
+  in.g = -at::exp(A_log.to(ct)).view({1, 1, h, 1}) * at::softplus(f) * keep.unsqueeze(-1);
+  return in;
+}
+
+at::Tensor kda_forward(const at::Tensor& proj, const KdaParams& params, const KdaConfig& c, const KdaStepContext& ctx) {
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.proj_width(), "kda: proj ", shape_str(proj.sizes()),
+           ", expected [R, S_local, ", c.proj_width(), "] (rank ", r, ")");
+  const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
+  const int64_t R = proj.size(0), S_local = proj.size(1), dk = c.key_head_dim, dv = c.value_head_dim;
+  if (ctx.strategy == GdnCpStrategy::state_passing) {
+    CP_CHECK(ctx.state_passing && c.conv == ctx.state_passing->conv, "kda state passing: conv ", c.conv,
+             " against the step's plan (rank ", r, ")");
+    const int64_t cc = c.conv_channels();
+    const at::Tensor taps = state_passing_taps(proj.narrow(2, 0, cc), ctx, "kda_halo");
+    const GdnScanInputs in = kda_scan_inputs(taps, proj.narrow(2, cc, c.heads + c.key_dim()),
+                                             ctx.state_passing->local.valid, params.conv_w, params.dt_bias,
+                                             params.A_log, c.heads, dk, dv, ct);
+    return delta_rule_state_passing(in, ctx, "kda_states").reshape({R, S_local, c.value_dim()}).to(st);
+  }
+  // Head-parallel (and one rank): the whole stream for this rank's heads.
+  const std::string why = c.cp_unsupported_reason(W);
+  CP_CHECK(why.empty(), "kda: ", why, " (rank ", r, ")");
+  const int64_t h = c.heads / W, cc = h * (2 * dk + dv);
+  const at::Tensor mine = channel_parallel_gather(proj, ctx, "kda_a2a", "kda");  // [R, L, channels]
+  const at::Tensor taps = conv_taps(mine.narrow(2, 0, cc).to(ct), ctx.plan, c.conv);
+  const GdnScanInputs in = kda_scan_inputs(taps, mine.narrow(2, cc, h + h * dk), ctx.plan.valid,
+                                           params.conv_w.index_select(0, ctx.conv_channels),
+                                           params.dt_bias.view({c.heads, dk}).index_select(0, ctx.heads).reshape({-1}),
+                                           params.A_log.index_select(0, ctx.heads), h, dk, dv, ct);
+  const at::Tensor o = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, ctx.plan.group, ctx.chunk)
+                           .o.reshape({mine.size(0), mine.size(1), h * dv})
+                           .to(st);
+  at::Tensor out = channel_parallel_return(o, ctx, "kda_a2a");  // [R, S_local, H*dv]
+  CP_CHECK(out.size(1) == S_local && out.size(2) == c.value_dim(), "kda: output ", shape_str(out.sizes()),
+           " (rank ", r, ")");
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,164 @@
+// The `K` mixer's registry entry: Kimi Delta Attention layers (kda.hpp) with head_parallel or
+// state_passing CP (the `kda_cp` axis), its negative control and its costs for the planner and admission.
+//
+// Costs of one layer on one rank, P the padded row, s = P / W, H heads, dk / dv head dims, Q the chunk,
+// r the gate rank, hidden d, e the element size:
+//   delta rule FLOPs (fwd)  GDN's (gdn_mixer.cpp) with gdn_scan_flops(..., channel_gate = true) and
+//                           Hk = Hv = H
+//   dense FLOPs (fwd)       LinearMixer's with in_proj_width = 2 H dk + H dv + H + 2 r (in_proj and the two
+//                           low-rank down-projections; their up-projections, 2 r (H dk + H dv) per token,
+//                           are left out: r << d)
+//   bytes                   kda_cp_bytes (kda_cp_costs.hpp)
+//   memory                  as GDN's, and the chunked form's per-channel decays: 3 fp32 [tokens, Q, dk]
+//                           per head
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/mixers/kda/kda.hpp"
+#include "kernels/mixers/linear/linear_mixer.hpp"
+#include "kernels/mixers/norm.hpp"
+
+namespace cpbench {
+namespace {
+
+class KdaLayer final : public MixerLayer {
+ public:
+  KdaLayer(const KdaConfig& c, const LayerInit& in) : c_(c) {
+    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
+    const double s_rank = 1.0 / std::sqrt(static_cast<double>(c.gate_rank));
+    norm_ = in.ones("kda_norm", in.hidden);
+    in_proj_ = in.normal("kda_in_proj", {c.conv_channels() + c.heads, in.hidden}, s_in);
+    f_a_ = in.normal("kda_f_a", {c.gate_rank, in.hidden}, s_in);
+    f_b_ = in.normal("kda_f_b", {c.key_dim(), c.gate_rank}, s_rank);
+    g_a_ = in.normal("kda_g_a", {c.gate_rank, in.hidden}, s_in);
+    g_b_ = in.normal("kda_g_b", {c.value_dim(), c.gate_rank}, s_rank);
+    g_bias_ = in.around("kda_g_bias", c.value_dim(), 0.0, 0.1);
+    p_.conv_w = in.normal("kda_conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
+    // softplus(-3) ~ 0.05 per channel: decays over tens of tokens, so the state crosses rank boundaries.
+    p_.dt_bias = in.around("kda_dt_bias", c.key_dim(), -3.0, 0.5);
+    p_.A_log = in.around("kda_A_log", c.heads, 0.0, 0.5);
+    p_.norm_w = in.around("kda_norm_w", c.value_head_dim, 1.0, 0.1);
+    out_proj_ =
+        in.normal("kda_out_proj", {in.hidden, c.value_dim()}, 1.0 / std::sqrt(static_cast<double>(c.value_dim())));
+  }
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    const auto& ctx = step_context<KdaStepContext>(step, 'K', "Kimi Delta Attention");
+    const at::Tensor h = rms_norm(x, norm_);
+    const at::Tensor proj = at::cat({at::linear(h, in_proj_), at::linear(at::linear(h, f_a_), f_b_)}, -1);
+    const at::Tensor z = at::linear(at::linear(h, g_a_), g_b_, g_bias_);
+    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return kda_forward(p, p_, c_, ctx); });
+    return at::linear(gated_rms_norm(o, z, p_.norm_w, c_.heads, c_.value_head_dim, /*sigmoid_gate=*/true), out_proj_);
+  }
+
+ private:
+  KdaConfig c_;
+  KdaParams p_;
+  at::Tensor norm_, in_proj_, f_a_, f_b_, g_a_, g_b_, g_bias_, out_proj_;
+};
+
+GdnCpStrategy kda_strategy(const std::string& name) {
+  const auto s = parse_gdn_cp_strategy(name);
+  CP_CHECK_USAGE(s.has_value(), "kda_cp: unknown KDA CP strategy '", name, "'");
+  return *s;
+}
+
+class KdaMixer final : public LinearMixer {
+ public:
+  KdaMixer() : LinearMixer({'K', "kda", "KDA", "Kimi Delta Attention", "kda", "kda_cp", "tiny-kda"}) {}
+  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.kda.fields(); }
+  void validate(const MixerConfigs& c) const override { c.kda.validate(); }
+  [[nodiscard]] std::vector<std::string> strategies() const override { return known_gdn_cp_strategies(); }
+  [[nodiscard]] std::vector<MixerControl> controls() const override {
+    return {state_dropped_control("kda_state_dropped", "Kimi Delta Attention layers")};
+  }
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
+    return std::make_unique<KdaLayer>(c.kda, init);
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
+                                                                      const MaskSpec& mask, at::ScalarType dtype,
+                                                                      const at::Device& device) const override {
+    return std::make_shared<KdaStepContext>(single_rank_kda_context(meta, mask, c.kda, dtype, device));
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
+                                                             const CpStepInputs& in) const override {
+    const GdnCpOptions o{kda_strategy(in.strategy), in.fault == "drops_incoming_state"};
+    return std::make_shared<KdaStepContext>(
+        cp_kda_context(*in.comm, *in.layout, in.all_meta, in.mask, c.kda, in.dtype, in.device, in.nvtx, o));
+  }
+  [[nodiscard]] std::string plan_layers_name() const override { return description(); }
+  [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
+    const KdaConfig& c = configs.kda;
+    return "KDA " + std::to_string(c.heads) + " heads x " + std::to_string(c.key_head_dim) + " / " +
+           std::to_string(c.value_head_dim) + ", conv " + std::to_string(c.conv) + ", chunk " +
+           std::to_string(c.chunk) + ", gate rank " + std::to_string(c.gate_rank);
+  }
+  [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
+                                                          const MemoryQuery& q) const override {
+    const KdaConfig& c = configs.kda;
+    const double L = static_cast<double>(q.layers), H = q.hidden, Hd = static_cast<double>(c.heads);
+    const double r = static_cast<double>(c.gate_rank);
+    const double Q = static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(c.chunk, static_cast<int64_t>(q.seq_len))));
+    const double guess = L * q.batch * q.local_len * q.cp *
+                         (static_cast<double>(c.proj_width() + c.conv_channels()) + Hd * Q * static_cast<double>(c.key_head_dim) +
+                          static_cast<double>(c.heads * c.key_head_dim * c.value_head_dim)) * q.accum_bytes;
+    const double weights = static_cast<double>((c.conv_channels() + c.heads) * H) + r * H * 2 +
+                           r * static_cast<double>(c.key_dim() + 2 * c.value_dim()) +
+                           static_cast<double>(c.conv_channels() * c.conv + c.key_dim() + c.heads + c.value_head_dim) +
+                           H * static_cast<double>(c.value_dim()) + H;
+    return {{"KDA weights", furthest_key({{"model.hidden", q.hidden_ratio}, {"model.layers", q.layers_ratio}}),
+             3 * L * weights * q.elem_bytes},
+            layers_term(configs, q,
+                        furthest_key({{"batch.seq_len", q.seq_ratio}, {"batch.batch_size", q.batch_ratio},
+                                      {"model.kda.heads", Hd / 4}}),
+                        guess)};
+  }
+
+ protected:
+  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
+    const KdaConfig& c = configs.kda;
+    return {c.conv_channels() + c.heads + 2 * c.gate_rank, c.value_dim(), c.conv, c.conv_channels(), c.chunk};
+  }
+  [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    const KdaConfig& c = configs.kda;
+    const int64_t W = q.cp, P = q.seq_len, s = P / W, dk = c.key_head_dim, dv = c.value_head_dim;
+    const double H = static_cast<double>(c.heads), tokens = static_cast<double>(s);
+    if (kda_strategy(strategy) == GdnCpStrategy::head_parallel)
+      return gdn_scan_flops(P, c.chunk, dk, dv, true) * static_cast<double>(P) * H / static_cast<double>(W);
+    if (W == 1) return gdn_scan_flops(s, c.chunk, dk, dv, true) * tokens * H;
+    const double dkd = static_cast<double>(dk), dvd = static_cast<double>(dv);
+    return gdn_scan_flops(s, c.chunk, dk, dv + dk, true) * tokens * H + 2 * dkd * dvd * tokens * H +
+           static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dkd * dkd * dvd * H;
+  }
+  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
+                                       const LayerCostQuery& q) const override {
+    return kda_cp_bytes(kda_strategy(strategy), shape(configs.kda, q));
+  }
+  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
+                                        const LayerCostQuery& q) const override {
+    return kda_cp_extra_memory_bytes(kda_strategy(strategy), shape(configs.kda, q));
+  }
+  // The chunked form's 3 fp32 [tokens, Q, dk] per-channel matrices per head and one fp32 state per chunk.
+  [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
+                                          int64_t Q) const override {
+    const KdaConfig& c = configs.kda;
+    return q.rows * s * c.heads * Q * c.key_head_dim * 3 * 4 +
+           q.rows * ((s + Q - 1) / Q) * c.heads * c.key_head_dim * c.value_head_dim * 4;
+  }
+  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
+    return c.kda.cp_unsupported_reason(cp);
+  }
+  [[nodiscard]] std::string suffix_prefix() const override { return "/kda_"; }
+
+ private:
+  static GdnCpShape shape(const KdaConfig& c, const LayerCostQuery& q) {
+    return kda_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_kda_mixer() { return std::make_unique<KdaMixer>(); }
+
+}  // namespace cpbench

@@ -1,0 +1,63 @@
+// Kimi Delta Attention micro-benchmark (Google Benchmark): the delta rule with a per-channel decay
+// (kernels/mixers/gdn/gdn_scan.hpp, g [R, S, H, dk]), chunked form against the token-by-token recurrence,
+// forward pass, float32 on CPU.
+//   BM_KdaScan/S   one row of S tokens, 2 heads of Kimi Linear's dims (dk = dv = 128), unit-norm keys,
+//                  per-channel log decays -softplus(N(-3, 1)), a document reset at S/3. Each iteration
+//                  times the chunked form (chunk kGdnChunk) and the recurrence on the same inputs.
+//                  Counters as BM_GdnScan's: chunked_s, recurrence_s, x_recurrence (target >= 20 at
+//                  S = 16384), rel_diff (float32 rounding; float64 agreement is kda_scan_test.cpp's),
+//                  GFLOPs (gdn_scan_flops with channel_gate).
+#include <benchmark/benchmark.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "kernels/mixers/gdn/gdn_scan.hpp"
+
+using namespace cpbench;
+
+namespace {
+
+double elapsed(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void BM_KdaScan(benchmark::State& state) {
+  const int64_t S = state.range(0), R = 1, H = 2, dk = 128, dv = 128;
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::manual_seed(0);
+  const auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
+  const at::Tensor q = unit(at::randn({R, S, H, dk}, opts)) / std::sqrt(static_cast<double>(dk));
+  const at::Tensor k = unit(at::randn({R, S, H, dk}, opts));
+  const at::Tensor v = at::randn({R, S, H, dv}, opts);
+  const at::Tensor g = -at::softplus(at::randn({R, S, H, dk}, opts) - 3);
+  const at::Tensor beta = at::sigmoid(at::randn({R, S, H}, opts));
+  at::Tensor group = at::zeros({R, S}, at::kLong);
+  group.narrow(1, S / 3, S - S / 3).fill_(1);
+  at::NoGradGuard no_grad;
+
+  double t_chunked = 0, t_recurrence = 0, rel_diff = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    const at::Tensor o = gdn_chunk_scan(q, k, v, g, beta, group).o;
+    t_chunked += elapsed(t0);
+    t0 = std::chrono::steady_clock::now();
+    const at::Tensor o_ref = gdn_recurrence(q, k, v, g, beta, group).o;
+    t_recurrence += elapsed(t0);
+    rel_diff = ((o - o_ref).abs().max() / o_ref.abs().max()).item<double>();
+    benchmark::DoNotOptimize(o.data_ptr());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["chunked_s"] = t_chunked / iters;
+  state.counters["recurrence_s"] = t_recurrence / iters;
+  state.counters["x_recurrence"] = t_recurrence / t_chunked;
+  state.counters["rel_diff"] = rel_diff;
+  state.counters["GFLOPs"] =
+      gdn_scan_flops(S, kGdnChunk, dk, dv, true) * static_cast<double>(S * H * R) * iters / t_chunked / 1e9;
+}
+
+BENCHMARK(BM_KdaScan)->ArgName("S")->Arg(512)->Arg(16384)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace

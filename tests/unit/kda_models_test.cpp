@@ -1,0 +1,84 @@
+// Kimi Delta Attention in models and scenarios: Kimi Linear's shipped config.json (KDA : MLA at 20 : 7,
+// linear_attn_config's sizes, MLA read as plain attention, MoE folded into the dense MLP); the
+// scenario's model.kda keys, mixer letter K and kda_cp axis, and the refusal of heads that do not split;
+// the planner's two KDA strategies (state passing's bytes flat in S, head parallel's linear) and
+// admission's KDA terms.
+#include <gtest/gtest.h>
+
+#include "harness/model/hf_config.hpp"
+#include "harness/planner/plan.hpp"
+#include "harness/runner/admission.hpp"
+#include "harness/runner/scenario.hpp"
+#include "kernels/mixers/mixer.hpp"
+#include "sharders/core/check.hpp"
+
+using namespace cpbench;
+
+TEST(KdaModels, KimiLinearFromItsShippedConfig) {
+  const HfModel m = shipped_model("kimi-linear-48b-a3b");
+  EXPECT_EQ(m.model_type, "kimi_linear");
+  EXPECT_EQ(m.mixers, "KKKAKKKAKKKAKKKAKKKAKKKAKKA") << "full_attn_layers 4, 8, ..., 24, 27 (1-based)";
+  EXPECT_EQ(count_layers(m.mixers, 27, 'K'), 20);
+  EXPECT_EQ(m.attention_layers(), 7);
+  EXPECT_EQ(m.kda.heads, 32);
+  EXPECT_EQ(m.kda.key_head_dim, 128);
+  EXPECT_EQ(m.kda.value_head_dim, 128);
+  EXPECT_EQ(m.kda.gate_rank, 128);
+  EXPECT_EQ(m.kda.conv, 4);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 32);
+  EXPECT_EQ(m.head_dim, 192) << "MLA as plain attention: qk_nope_head_dim 128 + qk_rope_head_dim 64";
+  EXPECT_EQ(m.hidden, 2304);
+  EXPECT_EQ(m.experts, 256);
+  EXPECT_EQ(m.experts_per_token, 8);
+  EXPECT_EQ(m.moe_layers, 26) << "first_k_dense_replace 1";
+  EXPECT_EQ(m.ffn, 1024);
+}
+
+TEST(KdaModels, ScenarioKeysAxisAndRefusals) {
+  const ScenarioSpec s = parse_scenario(
+      "model: {preset: tiny, layers: 3, mixers: KAK, kda: {heads: 4, key_head_dim: 8, chunk: 16, gate_rank: 4}}\n"
+      "batch: {seq_len: 4096}\nsweep: {cp: 2, kda_cp: [head_parallel, state_passing]}\n",
+      "x.yaml");
+  ASSERT_EQ(s.cases.size(), 2u);
+  EXPECT_EQ(s.model.kda.heads, 4);
+  EXPECT_EQ(s.model.kda.gate_rank, 4);
+  EXPECT_EQ(s.cases[1].name().find("/kda_state_passing") != std::string::npos, true) << s.cases[1].name();
+  for (const auto& c : s.cases) {
+    bool found = false;
+    for (const auto& t : estimate_rank_memory(s, c, 0, true).terms)
+      if (t.what == std::string("KDA layers (") + c.mixer_strategy(mixer_for('K')) + ")") found = t.bytes > 0;
+    EXPECT_TRUE(found) << c.name();
+  }
+  try {
+    (void)parse_scenario("model: {preset: tiny, layers: 3, mixers: KAK, kda: {heads: 3}}\nsweep: {cp: 2}\n", "x.yaml");
+    ADD_FAILURE() << "3 heads over 2 ranks head-parallel were accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.kda.heads 3 is not divisible by cp 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KdaModels, PlannerPricesBothStrategiesForKimiLinear) {
+  plan::PlanRequest r;
+  r.model = plan::model_preset("kimi-linear-48b-a3b");
+  r.seq_len = 65536;
+  r.cps = {4, 8};
+  r.cluster = plan::cluster_preset("h100-nvlink");
+  r.sharders = {"contiguous", "load_balanced"};
+  r.transports = {"allgather"};
+  const plan::Plan p = plan::make_plan(r);
+  plan::PlanRequest longer = r;
+  longer.seq_len = 4 * 65536;
+  const plan::Plan q = plan::make_plan(longer);
+  int passing = 0;
+  for (const auto& c : p.cases) {
+    EXPECT_EQ(c.ssm.mixer, "KDA");
+    EXPECT_GT(c.ssm.bytes_per_rank, 0);
+    passing += c.ssm.strategy == "state_passing";
+    for (const auto& d : q.cases)
+      if (c.cp == d.cp && c.sharder == d.sharder && c.ssm.strategy == d.ssm.strategy) {
+        EXPECT_EQ(d.ssm.bytes_per_rank, (c.ssm.strategy == "state_passing" ? 1 : 4) * c.ssm.bytes_per_rank) << c.sharder;
+      }
+  }
+  EXPECT_EQ(passing, 4);
+}
