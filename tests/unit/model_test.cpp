@@ -45,7 +45,7 @@ TEST(Model, SdpaHookGuardInstallsAndRestoresEvenOnExceptions) {
   EXPECT_EQ(plain_calls, 0);
   EXPECT_FALSE(static_cast<bool>(m->sdpa_hook));
   try {
-    SdpaHookGuard g(*m, [&](const at::Tensor&, const at::Tensor&, const at::Tensor&) -> at::Tensor {
+    SdpaHookGuard g(*m, [&](const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) -> at::Tensor {
       throw Error("boom in the CP transport");
     });
     (void)m->forward(ids, std::nullopt, pos, plain);
