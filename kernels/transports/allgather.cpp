@@ -36,7 +36,8 @@ using torch::autograd::variable_list;
 class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& sinks, const TransportState& st) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -176,7 +177,7 @@ class AllGatherTransport final : public Transport {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
     if (shape.world == 1)
       return single_block_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), name());
-    return AllGatherAttention::apply(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()));
+    return AllGatherAttention::apply(q, k, v, optional_sinks(ctx.sinks), make_state(ctx, shape, q.device()));
   }
 
   // Formulas: kv_passing_costs.hpp.

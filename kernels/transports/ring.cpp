@@ -40,7 +40,8 @@ using torch::autograd::variable_list;
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& sinks, const TransportState& st) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -248,7 +249,7 @@ class RingTransport final : public Transport {
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                           const TransportState& st) {
   if (st.ring_size() == 1) return single_block_attention(q, k, v, sinks, st, "ring");
-  return RingAttention::apply(q, k, v, sinks, st);
+  return RingAttention::apply(q, k, v, optional_sinks(sinks), st);
 }
 
 std::shared_ptr<const Transport> make_ring_transport() { return std::make_shared<RingTransport>(); }

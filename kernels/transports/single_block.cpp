@@ -22,7 +22,9 @@ using torch::autograd::variable_list;
 class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& sinks, const TransportState& st, const std::string& transport) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st,
+                            const std::string& transport) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const auto kd = st.kernel_dtype(q);
     const std::string label = step_label(transport.c_str(), false, 0);
     const StepRange step(st, label);
@@ -80,7 +82,7 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
 
 at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, const TransportState& st, const std::string& transport) {
-  return SingleBlockAttention::apply(q, k, v, sinks, st, transport);
+  return SingleBlockAttention::apply(q, k, v, optional_sinks(sinks), st, transport);
 }
 
 }  // namespace cpbench::kernels

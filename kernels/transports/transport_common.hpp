@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,12 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 [[nodiscard]] at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& sinks, const TransportState& st,
                                                 const std::string& transport);
+
+// A sink as an autograd Function's input: none when undefined (torch's Function takes an undefined
+// tensor only inside an optional).
+[[nodiscard]] inline std::optional<at::Tensor> optional_sinks(const at::Tensor& sinks) {
+  return sinks.defined() ? std::optional<at::Tensor>(sinks) : std::nullopt;
+}
 
 // The sink rule's place in a merge loop (kernels/attention/sink.hpp): after_block is true right after a
 // block was merged, false once after the last one. Applies the sink once per query (after the merge),
