@@ -50,6 +50,8 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
     ControlCase where{c.cp, {}};
     for (const Mixer* m : mixers_in(s.model.mixers))
       if (!m->strategy_axis().empty()) where.mixer_strategies[m->name()] = c.mixer_strategy(*m);
+    where.model = &s.model;
+    where.key_blocks = c.cp / make_transport(c.transport, c.transport_options())->head_parallel_degree(c.cp);
     const std::string why = control->cannot_show(where);
     if (!why.empty()) return why;
   }

@@ -21,10 +21,11 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   const auto w1 = make_transport("allgather");
   std::shared_ptr<const kernels::PlanCache> plans;
   if (cp_kernels) plans = w1->make_plans(x.c.mask, m, m, {}, 0, 1, x.device);
-  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    if (!cp_kernels) return local_attention(q, k, v, m, m, x.c.mask, x.scale);
+  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
+    if (!cp_kernels) return local_attention(q, k, v, m, m, x.c.mask, x.scale, sinks);
     AttentionContext ctx{&one, x.c.mask, m, m, x.scale, nullptr, "", plans,
                          x.s.kernels == AttentionKernels::tiled, {}, x.s.kernels == AttentionKernels::flash_numerics};
+    ctx.sinks = sinks;
     return w1->attend(q, k, v, ctx);
   };
   const Batch& b = data.batch;

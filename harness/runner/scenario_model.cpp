@@ -94,8 +94,11 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
       c.fail("model." + key, "expected a mapping of " + list + ", got " + yaml_read::scalar_text(node));
     }
     check_keys(c, node, "model." + key, fields);
-    for (const auto& f : mixer->config_fields(defaults))
-      if (node[f.name]) sizes[key][f.name] = read_int(c, node[f.name], "model." + key + "." + f.name, f.min);
+    for (const auto& f : mixer->config_fields(defaults)) {
+      if (!node[f.name]) continue;
+      const std::string path = "model." + key + "." + f.name;
+      sizes[key][f.name] = f.flag ? (read_bool(c, node[f.name], path) ? 1 : 0) : read_int(c, node[f.name], path, f.min);
+    }
   }
   const auto apply_sizes = [&](ModelConfig& model, bool scaled) {
     for (const auto& mixer : mixers())
@@ -131,6 +134,17 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   if (m["rope_theta"]) model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
   if (m["mrope_sections"]) model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);
   if (m["seed"]) model.seed = static_cast<uint64_t>(read_int(c, m["seed"], "model.seed", 0));
+  // A mixer's yes/no key turned on for a model without that mixer's layers would run nothing.
+  for (const auto& mixer : mixers()) {
+    const auto it = sizes.find(mixer->config_key());
+    if (it == sizes.end() || model.has(*mixer)) continue;
+    for (const auto& f : mixer->config_fields(model))
+      if (f.flag && *f.value != 0 && it->second.count(f.name))
+        c.fail("model." + mixer->config_key() + "." + f.name,
+               "the model has no " + mixer->description() + " layers (model.mixers " +
+                   (model.mixers.empty() ? std::string("\"\"") : model.mixers) + "; the letter " +
+                   std::string(1, mixer->letter()) + " is " + mixer->description() + ")");
+  }
   return model;
 }
 

@@ -136,8 +136,11 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
                        x.scale,       &stats, x.nvtx,       plans,
                        x.s.kernels == AttentionKernels::tiled, global_index,
                        x.s.kernels == AttentionKernels::flash_numerics};
-  AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return x.transport->attend(q, k, v, ctx);
+  AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
+    if (!sinks.defined()) return x.transport->attend(q, k, v, ctx);
+    AttentionContext call = ctx;  // this layer's sinks
+    call.sinks = sinks;
+    return x.transport->attend(q, k, v, call);
   };
   x.model->zero_grad();
   {
@@ -145,8 +148,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     if (x.routing == AttentionRouting::sdpa_hook) {
       // The model's own attention is plain local SDPA; the wrap installs the CP transport at the hook
       // point for this forward only.
-      AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale);
+      AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& sinks) {
+        return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale, sinks);
       };
       SdpaHookGuard guard(*x.model, cp_attn);
       st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, contexts);

@@ -15,7 +15,7 @@ at::Tensor finite_shift(const at::Tensor& x) { return x.masked_fill(at::isinf(x)
 }  // namespace
 
 at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                               double scale) {
+                               double scale, const at::Tensor& sinks) {
   CP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: q, k, v must be [B, H, S, D]; got ",
            shape_str(q.sizes()), ", ", shape_str(k.sizes()), ", ", shape_str(v.sizes()));
   const int64_t hq = q.size(1), hkv = k.size(1);
@@ -27,6 +27,14 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
   at::Tensor vc = v.to(cd).repeat_interleave(g, 1);
   at::Tensor s = at::matmul(qc, kc.transpose(-1, -2)) * scale;
   s = s.masked_fill(mask.logical_not().unsqueeze(1), kNegInf);
+  const int64_t keys = s.size(-1);
+  if (sinks.defined()) {
+    CP_CHECK(sinks.dim() == 1 && sinks.size(0) == hq, "attention: sinks must be [", hq, "], got ",
+             shape_str(sinks.sizes()));
+    // The sink as a key column of its own: score s_h for every query, never masked.
+    const at::Tensor column = sinks.to(cd).view({1, hq, 1, 1}).expand({s.size(0), hq, s.size(2), 1});
+    s = at::cat({s, column}, -1);
+  }
   // softmax written out so a fully masked row is 0 (not NaN) in the forward AND the backward: the
   // shift is detached (the result does not depend on it), e = exp(-inf) = 0 carries no gradient, and
   // the zero row sum is replaced by 1 before dividing.
@@ -34,13 +42,14 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
   at::Tensor e = (s - shift).exp();
   at::Tensor sum = e.sum(-1, /*keepdim=*/true);
   at::Tensor p = e / sum.masked_fill(sum == 0, 1);
+  if (sinks.defined()) p = p.narrow(-1, 0, keys);  // the sink's column has no value
   return at::matmul(p, vc).to(q.scalar_type());
 }
 
 }  // namespace kernels
 
 at::Tensor local_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenMeta& q_meta,
-                           const TokenMeta& k_meta, const MaskSpec& mask, double scale) {
+                           const TokenMeta& k_meta, const MaskSpec& mask, double scale, const at::Tensor& sinks) {
   CP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "local_attention: q, k, v must be [B, H, S, D]; got q ",
            shape_str(q.sizes()), ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()));
   CP_CHECK(k.sizes().equals(v.sizes()), "local_attention: k ", shape_str(k.sizes()), " and v ",
@@ -53,7 +62,7 @@ at::Tensor local_attention(const at::Tensor& q, const at::Tensor& k, const at::T
            shape_str(k_meta.pos.sizes()), " does not match k ", shape_str(k.sizes()));
   const double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const at::Tensor m = build_mask(mask, q_meta.to(q.device()), k_meta.to(q.device()));
-  return kernels::reference_attention(q, k, v, m, s);
+  return kernels::reference_attention(q, k, v, m, s, sinks);
 }
 
 }  // namespace cpbench

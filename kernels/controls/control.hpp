@@ -16,6 +16,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "kernels/mixers/mixer_configs.hpp"
 #include "kernels/transports/transport.hpp"
 
 namespace cpbench {
@@ -32,6 +33,8 @@ struct ControlCase {
   int64_t cp = 1;
   // The strategy each mixer with one runs, by mixer name (only the mixers the model has).
   std::map<std::string, std::string> mixer_strategies;
+  const MixerConfigs* model = nullptr;  // the case's model (its mixers' keys); null: unknown
+  int64_t key_blocks = 1;  // the key blocks one attention call merges per query: W / head_parallel_degree
 };
 
 class Control {

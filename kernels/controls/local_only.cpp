@@ -12,7 +12,7 @@ class LocalOnlyTransport final : public TransportDecorator {
   using TransportDecorator::TransportDecorator;
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
-    return local_attention(q, k, v, ctx.local, ctx.local, ctx.mask, ctx.scale);
+    return local_attention(q, k, v, ctx.local, ctx.local, ctx.mask, ctx.scale, ctx.sinks);
   }
   // Nothing is exchanged, so nothing is planned against the other ranks' keys.
   [[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec&, const TokenMeta&,

@@ -8,6 +8,8 @@ namespace cpbench {
 std::unique_ptr<Control> make_local_only_control();
 std::unique_ptr<Control> make_perturbed_control();
 std::unique_ptr<Control> make_grad_dropped_control();
+std::unique_ptr<Control> make_sink_per_step_control();         // sink_faults.cpp
+std::unique_ptr<Control> make_sink_grad_unreduced_control();   // sink_faults.cpp
 // Every registered mixer's own controls (Mixer::controls), after these.
 std::vector<std::unique_ptr<Control>> make_mixer_controls();
 
@@ -15,7 +17,8 @@ namespace {
 const std::vector<std::unique_ptr<Control>>& controls() {
   static const std::vector<std::unique_ptr<Control>> all = [] {
     std::vector<std::unique_ptr<Control>> v;
-    for (const auto& make : {make_local_only_control, make_perturbed_control, make_grad_dropped_control})
+    for (const auto& make : {make_local_only_control, make_perturbed_control, make_grad_dropped_control,
+                            make_sink_per_step_control, make_sink_grad_unreduced_control})
       v.push_back(make());
     for (auto& c : make_mixer_controls()) v.push_back(std::move(c));
     return v;

@@ -12,6 +12,7 @@ struct ConfigField {
   std::string name;        // the scenario key under model.<config_key>
   int64_t* value;          // the config struct's member
   int64_t min = 1;         // smallest value the key accepts
+  bool flag = false;       // a yes / no key (true / false in YAML), held as 1 / 0
 };
 struct ConstConfigField {
   std::string name;

@@ -28,8 +28,10 @@
 
 namespace cpbench {
 
-// Attention at the hook point: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D].
-using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+// Attention at the hook point: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]. `sinks`: the layer's
+// learned sink logits [Hq] (AttentionContext::sinks), undefined when the model has none.
+using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& sinks)>;
 
 // How a layer creates its parameters: the model registers each under "<prefix><name>" and draws it from
 // the model's seeded generator, one index per drawn tensor in call order (so the order of the calls is

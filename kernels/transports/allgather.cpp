@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
@@ -35,7 +36,8 @@ using torch::autograd::variable_list;
 class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const TransportState& st) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -78,6 +80,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
       merge_block(out, lse,
                   routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
+      merge_sink(st, out, lse, sinks, /*after_block=*/true);
     };
     attend_block(0, local_kv);  // overlaps the all-gather
     if (work) {
@@ -91,11 +94,12 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
+    merge_sink(st, out, lse, sinks, /*after_block=*/false);
     check_accumulator(out, q.scalar_type(), "allgather forward: the merged output", st);
     check_accumulator(lse, q.scalar_type(), "allgather forward: the merged log-sum-exp", st);
     tap_forward_lse(lse);
     st.count_call(bytes, pairs);
-    ctx->save_for_backward({q, k, v, out, lse, blocks});
+    ctx->save_for_backward({q, k, v, out, lse, blocks, sinks});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
   }
@@ -104,7 +108,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
-                     &blocks = saved[5];
+                     &blocks = saved[5], &sinks = saved[6];
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -154,7 +158,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     }
     check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
     check_accumulator(dkv, q.scalar_type(), "allgather backward: the reduce-scattered dK/dV", st);
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
+    const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), dsinks, at::Tensor()};
   }
 };
 
@@ -170,8 +175,9 @@ class AllGatherTransport final : public Transport {
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    if (shape.world == 1) return single_block_attention(q, k, v, make_state(ctx, shape, q.device()), name());
-    return AllGatherAttention::apply(q, k, v, make_state(ctx, shape, q.device()));
+    if (shape.world == 1)
+      return single_block_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), name());
+    return AllGatherAttention::apply(q, k, v, optional_sinks(ctx.sinks), make_state(ctx, shape, q.device()));
   }
 
   // Formulas: kv_passing_costs.hpp.

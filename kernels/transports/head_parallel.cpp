@@ -163,7 +163,9 @@ at::Tensor head_parallel_attend(const HeadParallelOptions& o, const at::Tensor& 
   const at::Tensor qh = seq.narrow(1, 0, H / U);
   const at::Tensor kh = seq.narrow(1, H / U, Hk / U);
   const at::Tensor vh = seq.narrow(1, H / U + Hk / U, Hk / U);
-  at::Tensor out = ring_attention(qh, kh, vh, st);  // [B, H/U, U*S, D], planned order
+  // This rank's heads [u*H/U, (u+1)*H/U): their sinks; their gradient is this slice's partial.
+  const at::Tensor sinks = ctx.sinks.defined() ? ctx.sinks.narrow(0, mesh.position * (H / U), H / U) : at::Tensor();
+  at::Tensor out = ring_attention(qh, kh, vh, sinks, st);  // [B, H/U, U*S, D], planned order
   if (order.defined()) out = out.index_select(2, inner.plans->gathered_inverse());  // back to rank order
   // Head-sharded -> sequence-sharded: block i of the message holds group rank i's tokens.
   const at::Tensor back = out.reshape({B, H / U, U, S, D}).permute({2, 0, 1, 3, 4}).contiguous();

@@ -22,6 +22,7 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
@@ -39,7 +40,8 @@ using torch::autograd::variable_list;
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const TransportState& st) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -74,6 +76,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
           const at::Tensor kv = wire.from_wire(cur).to(kd);
           merge_block(out, lse,
                       routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
+          merge_sink(st, out, lse, sinks, /*after_block=*/true);
         }
       }
       if (s + 1 < W) {
@@ -88,11 +91,12 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
+    merge_sink(st, out, lse, sinks, /*after_block=*/false);
     check_accumulator(out, q.scalar_type(), "ring forward: the merged output", st);
     check_accumulator(lse, q.scalar_type(), "ring forward: the merged log-sum-exp", st);
     tap_forward_lse(lse);
     st.count_call(bytes, pairs);
-    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->save_for_backward({q, k, v, out, lse, sinks});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
   }
@@ -100,7 +104,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
+                     &sinks = saved[5];
     const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -201,7 +206,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     check_accumulator(dq, q.scalar_type(), "ring backward: dQ", st);
     check_accumulator(dkv, q.scalar_type(), "ring backward: dK/dV", st);
     if (st.stats) st.stats->bytes_sent += bytes;
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
+    const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), dsinks, at::Tensor()};
   }
 };
 
@@ -217,7 +223,7 @@ class RingTransport final : public Transport {
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    return ring_attention(q, k, v, make_state(ctx, shape, q.device()));
+    return ring_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()));
   }
 
   // Formulas: kv_passing_costs.hpp.
@@ -240,9 +246,10 @@ class RingTransport final : public Transport {
 
 }  // namespace
 
-at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TransportState& st) {
-  if (st.ring_size() == 1) return single_block_attention(q, k, v, st, "ring");
-  return RingAttention::apply(q, k, v, st);
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                          const TransportState& st) {
+  if (st.ring_size() == 1) return single_block_attention(q, k, v, sinks, st, "ring");
+  return RingAttention::apply(q, k, v, optional_sinks(sinks), st);
 }
 
 std::shared_ptr<const Transport> make_ring_transport() { return std::make_shared<RingTransport>(); }

@@ -6,6 +6,7 @@
 // the multi-block paths are (one step, label "<transport>_<fwd|bwd>:0").
 #include <torch/torch.h>
 
+#include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
 #include "kernels/transports/transfer_phases.hpp"
@@ -21,7 +22,9 @@ using torch::autograd::variable_list;
 class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const TransportState& st, const std::string& transport) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st,
+                            const std::string& transport) {
+    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const auto kd = st.kernel_dtype(q);
     const std::string label = step_label(transport.c_str(), false, 0);
     const StepRange step(st, label);
@@ -31,10 +34,18 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
     const KernelRoute route = st.route(0, qc);
     CallPairs pairs;
     st.count_block(plan, route, pairs);
-    const BlockOutput r = routed_forward(qc, kc, vc, plan, st.scale, route, st.numerics(q.scalar_type(), true));
+    BlockOutput r = routed_forward(qc, kc, vc, plan, st.scale, route, st.numerics(q.scalar_type(), true));
+    if (sinks.defined()) {  // the whole merge is this one block: the sink follows it (sink.hpp)
+      const auto out_dtype = r.out.scalar_type();
+      at::Tensor out = r.out.to(compute_dtype(q.scalar_type()));
+      r.lse = r.lse.to(out.scalar_type());
+      merge_sink(st, out, r.lse, sinks, /*after_block=*/true);
+      merge_sink(st, out, r.lse, sinks, /*after_block=*/false);
+      r.out = out.to(out_dtype);
+    }
     tap_forward_lse(r.lse);
     st.count_call(0, pairs);
-    ctx->save_for_backward({q, k, v, r.out, r.lse});
+    ctx->save_for_backward({q, k, v, r.out, r.lse, sinks});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     ctx->saved_data["transport"] = transport;
     return r.out.to(q.scalar_type());
@@ -44,7 +55,8 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const std::string transport = ctx->saved_data["transport"].toStringRef();
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
+                     &sinks = saved[5];
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
     const std::string label = step_label(transport.c_str(), true, 0);
@@ -55,18 +67,22 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
     const BlockPlan& plan = st.plan(0);
     const KernelRoute route = st.route(0, qc);
     // Only the tiled route reads rowsum(dO * O); the fused kernels compute it themselves.
-    const at::Tensor dsum = route == KernelRoute::tiled ? (dout.to(cd) * out.to(cd)).sum(-1) : at::Tensor();
+    // Only the tiled route and the sink read rowsum(dO * O); the fused kernels compute it themselves.
+    const at::Tensor dsum = route == KernelRoute::tiled || sinks.defined() ? (dout.to(cd) * out.to(cd)).sum(-1)
+                                                                            : at::Tensor();
     const BlockGrads g =
         routed_backward(dout, qc, kc, vc, out, lse, dsum, plan, st.scale, route, st.numerics(q.scalar_type(), true));
-    return {g.dq.to(q.scalar_type()), g.dk.to(k.scalar_type()), g.dv.to(v.scalar_type()), at::Tensor(), at::Tensor()};
+    const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
+    return {g.dq.to(q.scalar_type()), g.dk.to(k.scalar_type()), g.dv.to(v.scalar_type()), dsinks, at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const TransportState& st, const std::string& transport) {
-  return SingleBlockAttention::apply(q, k, v, st, transport);
+                                  const at::Tensor& sinks, const TransportState& st, const std::string& transport) {
+  return SingleBlockAttention::apply(q, k, v, optional_sinks(sinks), st, transport);
 }
 
 }  // namespace cpbench::kernels

@@ -96,6 +96,13 @@ struct AttentionContext {
   // `kernels: flash_numerics`; kernels/attention/tiled_kernel.hpp FlashRounding): a GPU's bf16 flash
   // numerics, on any device. Wins over tiled_kernels. No effect on float32 / float64 inputs.
   bool flash_numerics = false;
+  // This call's learned attention sinks (model.attention.sinks; kernels/attention/sink.hpp): [Hq] logits,
+  // one per query head, differentiable; undefined: none. Applied once per query after every key block
+  // is merged; the head-parallel transports take their head slice. Set per call by the layer's
+  // AttentionFn (a copy of the step's context).
+  at::Tensor sinks{};
+  // Negative control only (sink_per_step): the sink is added after every merged block, not once.
+  bool sink_every_step = false;
 };
 
 // Plans this rank's queries (`local`, [B, S]) against every rank's keys (`all`, [B, W*S]) under `mask`,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/attention/sink.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::kernels {
@@ -52,6 +53,7 @@ AttendShape check_attend(const std::string& transport, const at::Tensor& q, cons
              ctx.mask.to_string(), ", rank ", sh.rank, "/", sh.world, ", [", sh.batch, ", ", sh.tokens, "]", where());
   if (ctx.mask.kind == MaskSpec::Kind::sliding_window)
     CP_CHECK(ctx.mask.window >= 1, "sliding_window needs a window >= 1, got ", ctx.mask.window, where());
+  check_sinks(transport.c_str(), ctx.sinks, sh.q_heads, q.device());
   return sh;
 }
 
@@ -70,7 +72,14 @@ TransportState make_state(const AttentionContext& ctx, const AttendShape& shape,
   st.nvtx_prefix = ctx.nvtx_prefix;
   st.shape = shape;
   st.device = device;
+  st.sink_every_step = ctx.sink_every_step;
   return st;
+}
+
+void merge_sink(const TransportState& st, at::Tensor& out, at::Tensor& lse, const at::Tensor& sinks,
+                bool after_block) {
+  if (!sinks.defined() || !out.defined() || after_block != st.sink_every_step) return;
+  apply_sink(out, lse, sinks);
 }
 
 at::ScalarType TransportState::kernel_dtype(const at::Tensor& q) const {

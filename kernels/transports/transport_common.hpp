@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ struct TransportState {
   // runs one ring per Ulysses position over the CP group's ranks.
   std::vector<int> ring;
   int ring_index = 0;
+  bool sink_every_step = false;  // AttentionContext::sink_every_step (the sink_per_step control)
 
   [[nodiscard]] int ring_size() const { return ring.empty() ? comm.size() : static_cast<int>(ring.size()); }
   [[nodiscard]] int ring_rank() const { return ring.empty() ? comm.rank() : ring_index; }
@@ -86,14 +88,28 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 // Ring attention (kernels/transports/ring.cpp) over st's ring: q [B, Hq, S, D], k and v [B, Hkv, S, D] of
 // this ring position; st.plans plans these queries against every ring position's key block (world =
 // ring size, rank = ring position). Differentiable in q, k, v; backward collective over the ring.
+// `sinks`: [Hq] of these queries' heads or undefined (kernels/attention/sink.hpp), differentiable.
 [[nodiscard]] at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const TransportState& st);
+                                        const at::Tensor& sinks, const TransportState& st);
 
 // Attention of a rank that holds a single key block (W = 1; single_block.cpp): st plans one block
 // (st.plan(0)); the result as the multi-block paths give it, from one kernel call without merge
 // buffers. `transport` names the steps ("allgather", "ring"). Differentiable in q, k, v.
 [[nodiscard]] at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                const TransportState& st, const std::string& transport);
+                                                const at::Tensor& sinks, const TransportState& st,
+                                                const std::string& transport);
+
+// A sink as an autograd Function's input: none when undefined (torch's Function takes an undefined
+// tensor only inside an optional).
+[[nodiscard]] inline std::optional<at::Tensor> optional_sinks(const at::Tensor& sinks) {
+  return sinks.defined() ? std::optional<at::Tensor>(sinks) : std::nullopt;
+}
+
+// The sink rule's place in a merge loop (kernels/attention/sink.hpp): after_block is true right after a
+// block was merged, false once after the last one. Applies the sink once per query (after the merge),
+// or after every block under the sink_per_step control. No-op without sinks or before any merge.
+void merge_sink(const TransportState& st, at::Tensor& out, at::Tensor& lse, const at::Tensor& sinks,
+                bool after_block);
 
 // Factories behind the registry (kernels/transports/registry.cpp).
 [[nodiscard]] std::shared_ptr<const Transport> make_allgather_transport();

@@ -3,9 +3,13 @@
 // `transport` axis): the AttentionFn a step passes is the case's transport, or the single-rank reference.
 //
 // Layer: h = RMSNorm(x); q, k, v = h W_q, h W_k, h W_v per head; RoPE on q and k; a = attention(q, k, v);
-// out = a W_o. Parameters: attn_norm [hidden], wq [Hq*D, hidden], wk, wv [Hkv*D, hidden], wo [hidden, Hq*D].
+// out = a W_o. Parameters: attn_norm [hidden], wq [Hq*D, hidden], wk, wv [Hkv*D, hidden], wo [hidden, Hq*D];
+// with model.attention.sinks, sinks [Hq] (one learned logit per query head in every query's softmax,
+// drawn N(0, kSinkInitStddev) after wo; the transports apply it once after their merge,
+// kernels/attention/sink.hpp, the reference as an extra softmax column).
 #include <cmath>
 
+#include "kernels/attention/sink.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/mixers/norm.hpp"
 #include "sharders/core/check.hpp"
@@ -22,13 +26,14 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 class AttentionLayer final : public MixerLayer {
  public:
-  explicit AttentionLayer(const LayerInit& in) : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim) {
+  AttentionLayer(const LayerInit& in, bool sinks) : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim) {
     const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
     norm_ = in.ones("attn_norm", in.hidden);
     wq_ = in.normal("wq", {heads_ * head_dim_, in.hidden}, s_in);
     wk_ = in.normal("wk", {kv_heads_ * head_dim_, in.hidden}, s_in);
     wv_ = in.normal("wv", {kv_heads_ * head_dim_, in.hidden}, s_in);
     wo_ = in.normal("wo", {in.hidden, heads_ * head_dim_}, s_in);
+    if (sinks) sinks_ = in.normal("sinks", {heads_}, kernels::kSinkInitStddev);
   }
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
     CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
@@ -40,21 +45,22 @@ class AttentionLayer final : public MixerLayer {
     const at::Tensor v = at::linear(h, wv_).view({B, S, kv_heads_, D}).transpose(1, 2).contiguous();
     q = apply_rope(q, step.rope_cos, step.rope_sin).contiguous();
     k = apply_rope(k, step.rope_cos, step.rope_sin).contiguous();
-    const at::Tensor a = (*step.attention)(q, k, v);
+    const at::Tensor a = (*step.attention)(q, k, v, sinks_);
     return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * D}), wo_);
   }
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
-  at::Tensor norm_, wq_, wk_, wv_, wo_;
+  at::Tensor norm_, wq_, wk_, wv_, wo_, sinks_;  // sinks_ undefined without model.attention.sinks
 };
 
 class AttentionMixer final : public Mixer {
  public:
-  AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "", "", ""}) {}
-  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& /*configs*/,
+  AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "attention", "", ""}) {}
+  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.attention.fields(); }
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& configs,
                                                        const LayerInit& init) const override {
-    return std::make_unique<AttentionLayer>(init);
+    return std::make_unique<AttentionLayer>(init, configs.attention.sinks != 0);
   }
 };
 
