@@ -198,7 +198,7 @@ TEST(CommBench, BusFactorsAreNcclTestsAndCallsAreGrouped) {
 TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_EQ(known_controls(), (std::vector<std::string>{"local_only", "perturbed", "grad_dropped", "sink_per_step",
                                                         "sink_grad_unreduced", "ssm_rank_order", "ssm_state_dropped",
-                                                        "gdn_state_dropped"}));
+                                                        "gdn_state_dropped", "kda_state_dropped"}));
   EXPECT_EQ(find_control("load_balanced"), nullptr);
   const Control* p = find_control("perturbed");
   ASSERT_NE(p, nullptr);
