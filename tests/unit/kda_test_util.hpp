@@ -41,7 +41,7 @@ inline LayerRun run_cp(const Laid& st, const KdaConfig& c, const KdaParams& p64,
       [&](int64_t r, const comm::Communicator& cm, const TokenMeta& all_meta, int64_t* sent) -> linear_test::RankForward {
         GdnCpOptions o = options;
         o.drop_incoming_state = options.drop_incoming_state && r == st.g.cp - 1;
-        auto ctx = std::make_shared<KdaStepContext>(cp_kda_context(cm, st.g, all_meta, mask, c, dtype, at::kCPU, "cp:test", o));
+        auto ctx = std::make_shared<KdaStepContext>(cp_linear_context(cm, st.g, all_meta, mask, c, dtype, at::kCPU, "cp:test", o));
         ctx->bytes_sent = sent;
         return [&, ctx](const at::Tensor& x) {
           const KdaParams params = as_leaves(p64, dtype);
@@ -52,7 +52,7 @@ inline LayerRun run_cp(const Laid& st, const KdaConfig& c, const KdaParams& p64,
 
 inline LayerRun run_single(const TokenMeta& meta, const KdaConfig& c, const KdaParams& p64, const at::Tensor& proj,
                            const at::Tensor& wy, const MaskSpec& mask, at::ScalarType dtype) {
-  const KdaStepContext ctx = single_rank_kda_context(meta, mask, c, dtype, at::kCPU);
+  const KdaStepContext ctx = single_rank_linear_context(meta, mask, c, dtype, at::kCPU);
   return linear_test::run_single_layer(proj, wy, dtype, [&](const at::Tensor& x) {
     const KdaParams params = as_leaves(p64, dtype);
     return linear_test::RankRun{kda_forward(x, params, c, ctx), leaves(params), 0};

@@ -64,7 +64,7 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).a
 // One rank, no CP: the whole layer's SSM part on rows described by `meta`.
 at::Tensor ssm_layer(const at::Tensor& proj, const SsmParams& p, const SsmConfig& c, const TokenMeta& meta,
                      bool document_mask) {
-  const SsmStepContext ctx = single_rank_ssm_context(
+  const SsmStepContext ctx = single_rank_linear_context(
       meta, document_mask ? MaskSpec::parse("document") : MaskSpec::parse("causal"), c, at::kDouble, at::kCPU);
   return mamba_ssm_forward(proj, p, c, ctx);
 }
@@ -321,7 +321,7 @@ TEST(SsmLayer, HybridModelGivesEverySsmParameterAGradient) {
   const int64_t S = 24;
   at::Tensor ids = at::randint(1, c.vocab, {2, S}, at::kLong), pos = at::arange(S).unsqueeze(0).repeat({2, 1});
   TokenMeta m{pos, at::zeros({2, S}, at::kLong), at::zeros({2, S}, at::kLong), at::ones({2, S}, at::kBool)};
-  const MixerContexts ctx{{'M', std::make_shared<SsmStepContext>(single_rank_ssm_context(
+  const MixerContexts ctx{{'M', std::make_shared<SsmStepContext>(single_rank_linear_context(
                                      m, MaskSpec::parse("causal"), c.ssm, at::kDouble, at::kCPU))}};
   AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&) {
     return at::scaled_dot_product_attention(q, k.repeat_interleave(q.size(1) / k.size(1), 1),

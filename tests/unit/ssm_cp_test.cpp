@@ -190,7 +190,7 @@ LayerRun run_cp(const Stream& st, const SsmConfig& c, const SsmParams& p64, cons
       [&](int64_t r, const comm::Communicator& cm, const TokenMeta& all_meta, int64_t* sent) -> linear_test::RankForward {
         SsmCpOptions o = options;
         o.drop_incoming_state = options.drop_incoming_state && r == st.g.cp - 1;
-        auto ctx = std::make_shared<SsmStepContext>(cp_ssm_context(cm, st.g, all_meta, mask, c, dtype, at::kCPU, "cp:test", o));
+        auto ctx = std::make_shared<SsmStepContext>(cp_linear_context(cm, st.g, all_meta, mask, c, dtype, at::kCPU, "cp:test", o));
         ctx->bytes_sent = sent;
         return [&, ctx](const at::Tensor& x) {
           const SsmParams params = as_leaves(p64, dtype);
@@ -201,7 +201,7 @@ LayerRun run_cp(const Stream& st, const SsmConfig& c, const SsmParams& p64, cons
 
 LayerRun run_single(const Stream& st, const SsmConfig& c, const SsmParams& p64, const at::Tensor& proj,
                     const at::Tensor& wy, const MaskSpec& mask, at::ScalarType dtype) {
-  const SsmStepContext ctx = single_rank_ssm_context(st.meta, mask, c, dtype, at::kCPU);
+  const SsmStepContext ctx = single_rank_linear_context(st.meta, mask, c, dtype, at::kCPU);
   return linear_test::run_single_layer(proj, wy, dtype, [&](const at::Tensor& x) {
     const SsmParams params = as_leaves(p64, dtype);
     return linear_test::RankRun{mamba_ssm_forward(x, params, c, ctx), leaves(params), 0};
@@ -216,7 +216,7 @@ using LayerCase = linear_test::LayerCase<SsmCpStrategy>;
 // Runs one case; returns the comparison, checks the bytes and the host-tensor count.
 Compared check_layer(const LayerCase& k, const SsmConfig& c, bool drop_state = false) {
   const SsmParams p = draw_params(c, 5);
-  const SsmCpOptions opt{k.strategy, true, drop_state};
+  const SsmCpOptions opt{k.strategy, drop_state};
   return linear_test::check_case(k.layout, k.W, k.mask, c.in_proj_width(), c.d_inner(),
                                  [&](const Stream& st, const at::Tensor& proj, const at::Tensor& wy, const MaskSpec& m) {
                                    return std::pair{run_cp(st, c, p, proj, wy, m, k.dtype, opt),

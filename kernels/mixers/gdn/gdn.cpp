@@ -44,51 +44,22 @@ std::vector<int64_t> gdn_rank_channels(const GdnConfig& c, int64_t W, int64_t r,
   const int64_t hk = Hk >= W ? Hk / W : 1, k0 = Hk >= W ? r * hk : r / (W / Hk);
   const int64_t hv = Hv / W, v0 = r * hv;
   std::vector<int64_t> idx;
-  const auto range = [&](int64_t start, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
-  };
-  range(k0 * dk, hk * dk);                          // q
-  range(c.key_dim() + k0 * dk, hk * dk);            // k
-  range(2 * c.key_dim() + v0 * dv, hv * dv);        // v
+  push_range(idx, k0 * dk, hk * dk);                          // q
+  push_range(idx, c.key_dim() + k0 * dk, hk * dk);            // k
+  push_range(idx, 2 * c.key_dim() + v0 * dv, hv * dv);        // v
   if (conv_coords) return idx;
   const int64_t ba = c.conv_channels() + c.value_dim();  // after z
-  range(ba + v0, hv);                                // b
-  range(ba + Hv + v0, hv);                           // a
+  push_range(idx, ba + v0, hv);                                // b
+  push_range(idx, ba + Hv + v0, hv);                           // a
   return idx;
-}
-
-GdnCpShape gdn_layer_shape(const GdnConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
-  return gdn_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
 }
 
 }  // namespace
 
-namespace {
 LinearLayerSpec gdn_spec(const GdnConfig& c) {
   return {"gdn", c.conv, c.chunk, c.value_heads,
           [&c](int64_t W, int64_t q, bool conv_coords) { return gdn_rank_channels(c, W, q, conv_coords); },
           [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
-}  // namespace
-
-GdnStepContext single_rank_gdn_context(const TokenMeta& meta, const MaskSpec& mask, const GdnConfig& config,
-                                       at::ScalarType dtype, const at::Device& device) {
-  GdnStepContext ctx;
-  fill_single_rank_context(ctx, gdn_spec(config), meta, mask, dtype, device);
-  ctx.shape = gdn_layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
-  return ctx;
-}
-
-GdnStepContext cp_gdn_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
-                              const MaskSpec& mask, const GdnConfig& config, at::ScalarType dtype,
-                              const at::Device& device, std::string nvtx, const GdnCpOptions& options) {
-  GdnStepContext ctx;
-  ctx.strategy = options.strategy;
-  ctx.shape = gdn_layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
-  const LinearCpRequest request{options.strategy == GdnCpStrategy::state_passing, options.drop_incoming_state, true};
-  ctx.shape.chunks_per_rank =
-      fill_cp_context(ctx, gdn_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
-  return ctx;
 }
 
 GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, const at::Tensor& valid,

@@ -31,7 +31,7 @@
 #include "kernels/mixers/gdn/gdn_config.hpp"
 #include "kernels/mixers/gdn/gdn_cp_costs.hpp"
 #include "kernels/mixers/gdn/gdn_scan.hpp"
-#include "kernels/mixers/linear/linear_step.hpp"
+#include "kernels/mixers/linear/linear_parts.hpp"
 #include "sharders/mask.hpp"
 
 namespace cpbench {
@@ -45,31 +45,14 @@ struct GdnParams {
 };
 
 // What the GDN layers need this step (kernels/mixers/linear/linear_step.hpp has the shared part; its
-// `heads` are this rank's value heads).
-struct GdnStepContext : LinearStepContext {
-  GdnCpStrategy strategy = GdnCpStrategy::head_parallel;
-  GdnCpShape shape;  // what one layer sends (gdn_cp_costs.hpp), checked every step
-  [[nodiscard]] int64_t bytes_per_layer() const override { return gdn_cp_bytes(strategy, shape).total(); }
-  [[nodiscard]] std::string strategy_name() const override { return to_string(strategy); }
-};
-
-struct GdnCpOptions {
-  GdnCpStrategy strategy = GdnCpStrategy::head_parallel;
-  // state_passing: true is the negative control that makes this rank ignore the state arriving at its
-  // chunks.
-  bool drop_incoming_state = false;
-};
-
-// The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
-[[nodiscard]] GdnStepContext single_rank_gdn_context(const TokenMeta& meta, const MaskSpec& mask,
-                                                     const GdnConfig& config, at::ScalarType dtype,
-                                                     const at::Device& device);
-// The CP path: `layout` = sharder.shard_layout().global; `all_meta` every rank's metadata in rank order
-// ([R, W * S_local], what the runner all-gathers). Throws naming the key when the strategy cannot split.
-[[nodiscard]] GdnStepContext cp_gdn_context(const comm::Communicator& comm, const GlobalLayout& layout,
-                                            const TokenMeta& all_meta, const MaskSpec& mask, const GdnConfig& config,
-                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
-                                            const GdnCpOptions& options = {});
+// `heads` are this rank's value heads). Built by single_rank_linear_context / cp_linear_context
+// (linear_parts.hpp) with GdnCpOptions (the strategy and the state-dropped negative control).
+using GdnStepContext = LinearStepContextOf<GdnCpStrategy, GdnCpShape, 'G'>;
+using GdnCpOptions = LinearCpOptions<GdnCpStrategy>;
+// The GDN mixer's parts (gdn_mixer.cpp).
+[[nodiscard]] const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&);
+// Its channel split: which proj channels each rank takes under head_parallel, and its refusal.
+[[nodiscard]] LinearLayerSpec gdn_spec(const GdnConfig& config);
 
 // The delta-rule part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> o [R,
 // S_local, Hv*dv] before the gated norm, every value head's output for this rank's tokens. Collective

@@ -49,36 +49,11 @@ class GdnLayer final : public MixerLayer {
   at::Tensor norm_, in_proj_, out_proj_;
 };
 
-GdnCpStrategy gdn_strategy(const std::string& name) {
-  const auto s = parse_gdn_cp_strategy(name);
-  CP_CHECK_USAGE(s.has_value(), "gdn_cp: unknown GDN CP strategy '", name, "'");
-  return *s;
-}
-
-class GdnMixer final : public LinearMixer {
+class GdnMixer final : public LinearMixerOf<GdnConfig> {
  public:
-  GdnMixer() : LinearMixer({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp", "tiny-gdn"}) {}
-  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.gdn.fields(); }
-  void validate(const MixerConfigs& c) const override { c.gdn.validate(); }
-  [[nodiscard]] std::vector<std::string> strategies() const override { return known_gdn_cp_strategies(); }
+  GdnMixer() : LinearMixerOf({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp", "tiny-gdn"}) {}
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("gdn_state_dropped", "Gated DeltaNet layers")};
-  }
-  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
-    return std::make_unique<GdnLayer>(c.gdn, init);
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
-                                                                      const MaskSpec& mask, at::ScalarType dtype,
-                                                                      const at::Device& device) const override {
-    return std::make_shared<GdnStepContext>(single_rank_gdn_context(meta, mask, c.gdn, dtype, device));
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
-                                                             const CpStepInputs& in) const override {
-    GdnCpOptions o;
-    o.strategy = gdn_strategy(in.strategy);
-    o.drop_incoming_state = in.fault == "drops_incoming_state";
-    return std::make_shared<GdnStepContext>(
-        cp_gdn_context(*in.comm, *in.layout, in.all_meta, in.mask, c.gdn, in.dtype, in.device, in.nvtx, o));
   }
   [[nodiscard]] std::string plan_layers_name() const override { return description(); }
   [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
@@ -119,20 +94,12 @@ class GdnMixer final : public LinearMixer {
     const int64_t W = q.cp, P = q.seq_len, s = P / W;
     const double Hv = static_cast<double>(c.value_heads), dk = static_cast<double>(c.key_head_dim);
     const double dv = static_cast<double>(c.value_head_dim), tokens = static_cast<double>(s);
-    if (gdn_strategy(strategy) == GdnCpStrategy::head_parallel)
+    if (this->strategy(strategy) == GdnCpStrategy::head_parallel)
       return gdn_scan_flops(P, c.chunk, c.key_head_dim, c.value_head_dim) * static_cast<double>(P) * Hv /
              static_cast<double>(W);
     if (W == 1) return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim) * tokens * Hv;
     return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim + c.key_head_dim) * tokens * Hv +
            2 * dk * dv * tokens * Hv + static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dk * dk * dv * Hv;
-  }
-  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
-                                       const LayerCostQuery& q) const override {
-    return gdn_cp_bytes(gdn_strategy(strategy), shape(configs.gdn, q));
-  }
-  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
-                                        const LayerCostQuery& q) const override {
-    return gdn_cp_extra_memory_bytes(gdn_strategy(strategy), shape(configs.gdn, q));
   }
   // The chunked form's 3 fp32 [tokens, Q] matrices per value head and one fp32 state per chunk.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
@@ -141,18 +108,21 @@ class GdnMixer final : public LinearMixer {
     return q.rows * s * c.value_heads * Q * 3 * 4 +
            q.rows * ((s + Q - 1) / Q) * c.value_heads * c.key_head_dim * c.value_head_dim * 4;
   }
-  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
-    return c.gdn.cp_unsupported_reason(cp);
-  }
   [[nodiscard]] std::string suffix_prefix() const override { return "/gdn_"; }
-
- private:
-  static GdnCpShape shape(const GdnConfig& c, const LayerCostQuery& q) {
-    return gdn_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
-  }
 };
 
+std::unique_ptr<MixerLayer> make_gdn_layer(const GdnConfig& c, const LayerInit& init) {
+  return std::make_unique<GdnLayer>(c, init);
+}
+
 }  // namespace
+
+const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
+  static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
+      &MixerConfigs::gdn, make_gdn_layer, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes,
+      parse_gdn_cp_strategy, known_gdn_cp_strategies};
+  return parts;
+}
 
 std::unique_ptr<Mixer> make_gdn_mixer() { return std::make_unique<GdnMixer>(); }
 

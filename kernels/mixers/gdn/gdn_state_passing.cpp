@@ -33,11 +33,8 @@ namespace cpbench {
 
 at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
                                      const GdnStepContext& ctx) {
-  CP_CHECK(ctx.state_passing != nullptr, "gdn: state passing without its step plan");
-  const StatePassingPlan& sp = *ctx.state_passing;
+  const StatePassingPlan& sp = step_state_passing_plan(ctx, c.conv, "gdn");
   const int64_t R = proj.size(0), L = proj.size(1);
-  CP_CHECK(c.conv == sp.conv, "gdn state passing: conv ", c.conv, ", the step's plan has ", sp.conv, " (rank ",
-           sp.rank, ")");
   const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
   const int64_t Hk = c.key_heads, Hv = c.value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
   const int64_t cc = c.conv_channels();

@@ -34,48 +34,21 @@ namespace {
 std::vector<int64_t> kda_rank_channels(const KdaConfig& c, int64_t W, int64_t r, bool conv_coords) {
   const int64_t h = c.heads / W, h0 = r * h, dk = c.key_head_dim, dv = c.value_head_dim;
   std::vector<int64_t> idx;
-  const auto range = [&](int64_t start, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
-  };
-  range(h0 * dk, h * dk);                    // q
-  range(c.key_dim() + h0 * dk, h * dk);      // k
-  range(2 * c.key_dim() + h0 * dv, h * dv);  // v
+  push_range(idx, h0 * dk, h * dk);                    // q
+  push_range(idx, c.key_dim() + h0 * dk, h * dk);      // k
+  push_range(idx, 2 * c.key_dim() + h0 * dv, h * dv);  // v
   if (conv_coords) return idx;
-  range(c.conv_channels() + h0, h);                        // b
-  range(c.conv_channels() + c.heads + h0 * dk, h * dk);    // f, this rank's heads' key channels
+  push_range(idx, c.conv_channels() + h0, h);                        // b
+  push_range(idx, c.conv_channels() + c.heads + h0 * dk, h * dk);    // f, this rank's heads' key channels
   return idx;
 }
+
+}  // namespace
 
 LinearLayerSpec kda_spec(const KdaConfig& c) {
   return {"kda", c.conv, c.chunk, c.heads,
           [&c](int64_t W, int64_t q, bool conv_coords) { return kda_rank_channels(c, W, q, conv_coords); },
           [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
-
-GdnCpShape kda_layer_shape(const KdaConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
-  return kda_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
-}
-
-}  // namespace
-
-KdaStepContext single_rank_kda_context(const TokenMeta& meta, const MaskSpec& mask, const KdaConfig& config,
-                                       at::ScalarType dtype, const at::Device& device) {
-  KdaStepContext ctx;
-  fill_single_rank_context(ctx, kda_spec(config), meta, mask, dtype, device);
-  ctx.shape = kda_layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
-  return ctx;
-}
-
-KdaStepContext cp_kda_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
-                              const MaskSpec& mask, const KdaConfig& config, at::ScalarType dtype,
-                              const at::Device& device, std::string nvtx, const GdnCpOptions& options) {
-  KdaStepContext ctx;
-  ctx.strategy = options.strategy;
-  ctx.shape = kda_layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
-  const LinearCpRequest request{options.strategy == GdnCpStrategy::state_passing, options.drop_incoming_state, true};
-  ctx.shape.chunks_per_rank =
-      fill_cp_context(ctx, kda_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
-  return ctx;
 }
 
 GdnScanInputs kda_scan_inputs(const at::Tensor& taps, const at::Tensor& bf, const at::Tensor& valid,

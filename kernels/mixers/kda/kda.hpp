@@ -35,22 +35,12 @@ struct KdaParams {
   at::Tensor norm_w;   // [dv], the gated RMSNorm's weight
 };
 
-struct KdaStepContext : LinearStepContext {
-  GdnCpStrategy strategy = GdnCpStrategy::head_parallel;
-  GdnCpShape shape;  // kda_cp_costs.hpp, checked every step
-  [[nodiscard]] int64_t bytes_per_layer() const override { return kda_cp_bytes(strategy, shape).total(); }
-  [[nodiscard]] std::string strategy_name() const override { return to_string(strategy); }
-};
-
-// The single-rank context (the reference) and a CP rank's (as gdn.hpp's; options as GDN's: the strategy
-// and the state-dropped negative control).
-[[nodiscard]] KdaStepContext single_rank_kda_context(const TokenMeta& meta, const MaskSpec& mask,
-                                                     const KdaConfig& config, at::ScalarType dtype,
-                                                     const at::Device& device);
-[[nodiscard]] KdaStepContext cp_kda_context(const comm::Communicator& comm, const GlobalLayout& layout,
-                                            const TokenMeta& all_meta, const MaskSpec& mask, const KdaConfig& config,
-                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
-                                            const GdnCpOptions& options = {});
+// Its step context (built by single_rank_linear_context / cp_linear_context with GdnCpOptions: the
+// strategy and the state-dropped negative control) and its parts (kda_mixer.cpp).
+using KdaStepContext = LinearStepContextOf<GdnCpStrategy, GdnCpShape, 'K'>;
+[[nodiscard]] const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&);
+// Its channel split: which proj channels each rank takes under head_parallel, and its refusal.
+[[nodiscard]] LinearLayerSpec kda_spec(const KdaConfig& config);
 
 // The delta-rule part of one layer: proj [R, S_local, proj_width] ([q | k | v | b | f] of this rank's
 // tokens) -> o [R, S_local, H*dv] before the gated norm. Collective over ctx.comm.

@@ -56,34 +56,11 @@ class KdaLayer final : public MixerLayer {
   at::Tensor norm_, in_proj_, f_a_, f_b_, g_a_, g_b_, g_bias_, out_proj_;
 };
 
-GdnCpStrategy kda_strategy(const std::string& name) {
-  const auto s = parse_gdn_cp_strategy(name);
-  CP_CHECK_USAGE(s.has_value(), "kda_cp: unknown KDA CP strategy '", name, "'");
-  return *s;
-}
-
-class KdaMixer final : public LinearMixer {
+class KdaMixer final : public LinearMixerOf<KdaConfig> {
  public:
-  KdaMixer() : LinearMixer({'K', "kda", "KDA", "Kimi Delta Attention", "kda", "kda_cp", "tiny-kda"}) {}
-  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.kda.fields(); }
-  void validate(const MixerConfigs& c) const override { c.kda.validate(); }
-  [[nodiscard]] std::vector<std::string> strategies() const override { return known_gdn_cp_strategies(); }
+  KdaMixer() : LinearMixerOf({'K', "kda", "KDA", "Kimi Delta Attention", "kda", "kda_cp", "tiny-kda"}) {}
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("kda_state_dropped", "Kimi Delta Attention layers")};
-  }
-  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
-    return std::make_unique<KdaLayer>(c.kda, init);
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
-                                                                      const MaskSpec& mask, at::ScalarType dtype,
-                                                                      const at::Device& device) const override {
-    return std::make_shared<KdaStepContext>(single_rank_kda_context(meta, mask, c.kda, dtype, device));
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
-                                                             const CpStepInputs& in) const override {
-    const GdnCpOptions o{kda_strategy(in.strategy), in.fault == "drops_incoming_state"};
-    return std::make_shared<KdaStepContext>(
-        cp_kda_context(*in.comm, *in.layout, in.all_meta, in.mask, c.kda, in.dtype, in.device, in.nvtx, o));
   }
   [[nodiscard]] std::string plan_layers_name() const override { return description(); }
   [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
@@ -124,20 +101,12 @@ class KdaMixer final : public LinearMixer {
     const KdaConfig& c = configs.kda;
     const int64_t W = q.cp, P = q.seq_len, s = P / W, dk = c.key_head_dim, dv = c.value_head_dim;
     const double H = static_cast<double>(c.heads), tokens = static_cast<double>(s);
-    if (kda_strategy(strategy) == GdnCpStrategy::head_parallel)
+    if (this->strategy(strategy) == GdnCpStrategy::head_parallel)
       return gdn_scan_flops(P, c.chunk, dk, dv, true) * static_cast<double>(P) * H / static_cast<double>(W);
     if (W == 1) return gdn_scan_flops(s, c.chunk, dk, dv, true) * tokens * H;
     const double dkd = static_cast<double>(dk), dvd = static_cast<double>(dv);
     return gdn_scan_flops(s, c.chunk, dk, dv + dk, true) * tokens * H + 2 * dkd * dvd * tokens * H +
            static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dkd * dkd * dvd * H;
-  }
-  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
-                                       const LayerCostQuery& q) const override {
-    return kda_cp_bytes(kda_strategy(strategy), shape(configs.kda, q));
-  }
-  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
-                                        const LayerCostQuery& q) const override {
-    return kda_cp_extra_memory_bytes(kda_strategy(strategy), shape(configs.kda, q));
   }
   // The chunked form's 3 fp32 [tokens, Q, dk] per-channel matrices per head and one fp32 state per chunk.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
@@ -146,18 +115,21 @@ class KdaMixer final : public LinearMixer {
     return q.rows * s * c.heads * Q * c.key_head_dim * 3 * 4 +
            q.rows * ((s + Q - 1) / Q) * c.heads * c.key_head_dim * c.value_head_dim * 4;
   }
-  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
-    return c.kda.cp_unsupported_reason(cp);
-  }
   [[nodiscard]] std::string suffix_prefix() const override { return "/kda_"; }
-
- private:
-  static GdnCpShape shape(const KdaConfig& c, const LayerCostQuery& q) {
-    return kda_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
-  }
 };
 
+std::unique_ptr<MixerLayer> make_kda_layer(const KdaConfig& c, const LayerInit& init) {
+  return std::make_unique<KdaLayer>(c, init);
+}
+
 }  // namespace
+
+const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
+  static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
+      &MixerConfigs::kda, make_kda_layer, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes,
+      parse_gdn_cp_strategy, known_gdn_cp_strategies};
+  return parts;
+}
 
 std::unique_ptr<Mixer> make_kda_mixer() { return std::make_unique<KdaMixer>(); }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/mixers/linear/linear_parts.hpp"
 #include "kernels/mixers/linear/scan_plan.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/mixers/section_clock.hpp"
@@ -102,6 +103,66 @@ class LinearMixer : public Mixer {
   [[nodiscard]] MixerControl state_dropped_control(std::string name, const std::string& layers) const {
     return {std::move(name), "load_balanced, state-passing " + layers + " on the last rank ignore their incoming state",
             "drops_incoming_state", kStatePassing, true};
+  }
+};
+
+// A linear mixer's registry entry from its parts (linear_parts.hpp): its config's fields and validation,
+// its strategies, layers and step contexts, its byte and memory formulas and its refusal. What is left
+// to the mixer: its identity, controls, texts, sizes, recurrence FLOPs and working set.
+template <class Config>
+class LinearMixerOf : public LinearMixer {
+ public:
+  using Parts = LinearPartsOf<Config>;
+  using Strategy = typename Parts::Strategy;
+  using LinearMixer::LinearMixer;
+  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override {
+    return (c.*parts().config).fields();
+  }
+  void validate(const MixerConfigs& c) const override { config(c).validate(); }
+  [[nodiscard]] std::vector<std::string> strategies() const override { return parts().known(); }
+  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
+    return parts().layer(config(c), init);
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
+                                                                      const MaskSpec& mask, at::ScalarType dtype,
+                                                                      const at::Device& device) const override {
+    return std::make_shared<typename Parts::Context>(single_rank_linear_context(meta, mask, config(c), dtype, device));
+  }
+  // The faults are the linear mixers' controls (state_dropped_control; Mamba's scans_rank_order).
+  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
+                                                             const CpStepInputs& in) const override {
+    LinearCpOptions<Strategy> o;
+    o.strategy = strategy(in.strategy);
+    o.drop_incoming_state = in.fault == "drops_incoming_state";
+    o.undo_chunk_order = in.fault != "scans_rank_order";
+    return std::make_shared<typename Parts::Context>(
+        cp_linear_context(*in.comm, *in.layout, in.all_meta, in.mask, config(c), in.dtype, in.device, in.nvtx, o));
+  }
+
+ protected:
+  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& c, const std::string& s,
+                                       const LayerCostQuery& q) const override {
+    return parts().bytes(strategy(s), shape(config(c), q));
+  }
+  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& c, const std::string& s,
+                                        const LayerCostQuery& q) const override {
+    return parts().extra_memory(strategy(s), shape(config(c), q));
+  }
+  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
+    return config(c).cp_unsupported_reason(cp);
+  }
+  // The scenario's strategy name; throws naming the axis for an unknown one.
+  [[nodiscard]] Strategy strategy(const std::string& name) const {
+    const std::optional<Strategy> s = parts().parse(name);
+    CP_CHECK_USAGE(s.has_value(), strategy_axis(), ": unknown ", label(), " CP strategy '", name, "'");
+    return *s;
+  }
+  [[nodiscard]] static const Config& config(const MixerConfigs& c) { return c.*parts().config; }
+
+ private:
+  static const Parts& parts() { return linear_parts(Config{}); }
+  static typename Parts::Shape shape(const Config& c, const LayerCostQuery& q) {
+    return parts().shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
   }
 };
 

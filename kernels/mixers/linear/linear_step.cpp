@@ -7,6 +7,10 @@
 
 namespace cpbench {
 
+void push_range(std::vector<int64_t>& out, int64_t start, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out.push_back(start + i);
+}
+
 namespace {
 // An all-to-all sends (W-1)/W of what it exchanges; its backward runs it again in reverse.
 void count_all_to_all(const LinearStepContext& ctx, const at::Tensor& exchanged, int64_t W) {

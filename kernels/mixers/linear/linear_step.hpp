@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.hpp"
+#include "kernels/mixers/linear/linear_costs.hpp"
 #include "kernels/mixers/linear/scan_plan.hpp"
 #include "kernels/mixers/mixer_step.hpp"
 #include "sharders/layout.hpp"
@@ -45,9 +46,36 @@ struct LinearStepContext : MixerStepContext {
   bool drop_incoming_state = false;  // the mixer's state-dropped negative control on this rank
 };
 
+// One mixer's step context: the shared part, the case's strategy and what one layer sends under it
+// (`shape`, by the mixer's formula `bytes`; the runner checks it every step). `Letter` keeps two mixers
+// with the same strategies and shape (GDN, KDA) apart as types.
+template <class Strategy, class Shape, char Letter>
+struct LinearStepContextOf : LinearStepContext {
+  Strategy strategy{};  // the enum's first value: the channel-parallel default
+  Shape shape;
+  LinearCpBytes (*bytes)(Strategy, const Shape&) = nullptr;
+  [[nodiscard]] int64_t bytes_per_layer() const override { return bytes(strategy, shape).total(); }
+  [[nodiscard]] std::string strategy_name() const override { return to_string(strategy); }
+};
+
+// How a mixer's CP context is asked for: the strategy and the negative controls a linear mixer can run.
+template <class Strategy>
+struct LinearCpOptions {
+  Strategy strategy{};
+  // state_passing: true is the negative control that makes this rank ignore the state arriving at its
+  // chunks (it scans them from zero as if each started the sequence).
+  bool drop_incoming_state = false;
+  // channel-parallel: false is the negative control that scans the rank-order concatenation as if it
+  // were the sequence (Mamba's ssm_rank_order).
+  bool undo_chunk_order = true;
+};
+
 // Which proj channels rank q of W takes under channel-parallel CP; `conv_coords`: the same channels in
 // the conv weight's coordinates (without the non-conv channels).
 using RankChannels = std::function<std::vector<int64_t>(int64_t W, int64_t q, bool conv_coords)>;
+
+// Appends start, start + 1, ..., start + n - 1 to `out` (a rank's slice of one proj channel block).
+void push_range(std::vector<int64_t>& out, int64_t start, int64_t n);
 
 // What a linear mixer's step contexts are built from: its layer's conv width, chunk and heads, which
 // channels a rank takes under channel-parallel CP, and why that strategy cannot split it at cp ranks.

@@ -158,6 +158,14 @@ void count_all_gather(const LinearStepContext& ctx, const at::Tensor& block, int
 }
 }  // namespace
 
+const StatePassingPlan& step_state_passing_plan(const LinearStepContext& ctx, int64_t conv, const char* who) {
+  CP_CHECK(ctx.state_passing != nullptr, who, ": state passing without its step plan");
+  const StatePassingPlan& sp = *ctx.state_passing;
+  CP_CHECK(conv == sp.conv, who, " state passing: conv ", conv, ", the step's plan has ", sp.conv, " (rank ",
+           sp.rank, ")");
+  return sp;
+}
+
 at::Tensor state_passing_taps(const at::Tensor& conv_in, const LinearStepContext& ctx, const char* phase) {
   CP_CHECK(ctx.state_passing != nullptr, "state passing: the step's context has no plan");
   const StatePassingPlan& sp = *ctx.state_passing;

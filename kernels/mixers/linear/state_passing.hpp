@@ -67,6 +67,11 @@ struct StatePassingPlan {
     const GlobalLayout& g, const TokenMeta& all_meta, bool document_reset, int64_t conv, int64_t rank,
     at::ScalarType dtype, const at::Device& device, bool drop_incoming_state = false);
 
+// The step's plan (ctx.state_passing) for a layer of conv width `conv`; throws naming `who` (the mixer)
+// and the rank when the context has none or was planned for another conv width.
+[[nodiscard]] const StatePassingPlan& step_state_passing_plan(const LinearStepContext& ctx, int64_t conv,
+                                                            const char* who);
+
 // Step 1: the conv's taps over this rank's tokens. conv_in [R, L, cc] (this rank's conv inputs, any
 // dtype) -> [R, L, K, cc] in conv_in's dtype; other ranks' inputs come from one all-gather of every
 // chunk's halo (NVTX `<nvtx>:<phase>`; W = 1 or K = 1: no exchange). Counts the bytes it sends.

@@ -42,59 +42,20 @@ std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, boo
   const int64_t g0 = G >= W ? q * g_l : q / (W / G);
   const int64_t base = conv_coords ? 0 : c.d_inner();  // skip z in proj coordinates
   std::vector<int64_t> idx;
-  const auto range = [&](int64_t start, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(start + i);
-  };
-  range(base + q * d_l, d_l);                                    // x
-  range(base + c.d_inner() + g0 * N, g_l * N);                   // B
-  range(base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
-  if (!conv_coords) range(base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
+  push_range(idx, base + q * d_l, d_l);                                    // x
+  push_range(idx, base + c.d_inner() + g0 * N, g_l * N);                   // B
+  push_range(idx, base + c.d_inner() + G * N + g0 * N, g_l * N);           // C
+  if (!conv_coords) push_range(idx, base + c.d_inner() + 2 * G * N + q * h_l, h_l);  // dt
   return idx;
 }
 
 
-SsmCpShape layer_shape(const SsmConfig& c, int64_t rows, int64_t seq_len, int64_t cp, at::ScalarType dtype) {
-  return ssm_cp_shape(c, linear_cp_shape(rows, seq_len, cp, c.conv, static_cast<int64_t>(c10::elementSize(dtype))));
-}
-
 }  // namespace
 
-namespace {
 LinearLayerSpec mamba_spec(const SsmConfig& c) {
   return {"mamba", c.conv, c.chunk, c.heads,
           [&c](int64_t W, int64_t q, bool conv_coords) { return rank_channels(c, W, q, conv_coords); },
           [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
-}  // namespace
-
-SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask, const SsmConfig& config,
-                                       at::ScalarType dtype, const at::Device& device) {
-  SsmStepContext ctx;
-  fill_single_rank_context(ctx, mamba_spec(config), meta, mask, dtype, device);
-  ctx.shape = layer_shape(config, meta.batch(), meta.tokens(), 1, dtype);
-  return ctx;
-}
-
-SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder, const TokenMeta& all_meta,
-                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
-                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
-  const GlobalLayout& g = sharder.shard_layout().global;
-  CP_CHECK(all_meta.tokens() == g.padded_seq_len, "mamba: gathered metadata has ", all_meta.tokens(),
-           " tokens per row, the shard's stream ", g.padded_seq_len, " (", sharder.who(), ")");
-  return cp_ssm_context(comm, g, all_meta, mask, config, dtype, device, std::move(nvtx), options);
-}
-
-SsmStepContext cp_ssm_context(const comm::Communicator& comm, const GlobalLayout& g, const TokenMeta& all_meta,
-                              const MaskSpec& mask, const SsmConfig& config, at::ScalarType dtype,
-                              const at::Device& device, std::string nvtx, const SsmCpOptions& options) {
-  SsmStepContext ctx;
-  ctx.strategy = options.strategy;
-  ctx.shape = layer_shape(config, all_meta.batch(), g.padded_seq_len, comm.size(), dtype);
-  const LinearCpRequest request{options.strategy == SsmCpStrategy::state_passing, options.drop_incoming_state,
-                                options.undo_chunk_order};
-  ctx.shape.chunks_per_rank =
-      fill_cp_context(ctx, mamba_spec(config), comm, g, all_meta, mask, dtype, device, std::move(nvtx), request);
-  return ctx;
 }
 
 SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_raw, const at::Tensor& valid,

@@ -32,12 +32,11 @@
 #include <memory>
 #include <string>
 
-#include "kernels/mixers/linear/linear_step.hpp"
+#include "kernels/mixers/linear/linear_parts.hpp"
 #include "kernels/mixers/mamba/mamba_config.hpp"
 #include "kernels/mixers/mamba/mamba_cp_costs.hpp"
 #include "kernels/mixers/mamba/ssm_scan.hpp"
 #include "sharders/mask.hpp"
-#include "sharders/sharder.hpp"
 
 namespace cpbench {
 
@@ -50,39 +49,15 @@ struct SsmParams {
   at::Tensor D;        // [H]
 };
 
-// What the Mamba layers need this step (kernels/mixers/linear/linear_step.hpp has the shared part).
-struct SsmStepContext : LinearStepContext {
-  SsmCpStrategy strategy = SsmCpStrategy::hidden_parallel;
-  // What one layer sends under this strategy (mamba_cp_costs.hpp), from this step's shapes.
-  SsmCpShape shape;
-  [[nodiscard]] int64_t bytes_per_layer() const override { return ssm_cp_bytes(strategy, shape).total(); }
-  [[nodiscard]] std::string strategy_name() const override { return to_string(strategy); }
-};
-// How cp_ssm_context builds the step's context.
-struct SsmCpOptions {
-  SsmCpStrategy strategy = SsmCpStrategy::hidden_parallel;
-  // hidden_parallel: false is the negative control that scans the rank-order concatenation as if it
-  // were the sequence.
-  bool undo_chunk_order = true;
-  // state_passing: true is the negative control that makes this rank ignore the state arriving at its
-  // chunks (it scans them from zero as if each started the sequence).
-  bool drop_incoming_state = false;
-};
-// The single-rank path (the reference): the batch's rows as given, `meta` [B, S].
-[[nodiscard]] SsmStepContext single_rank_ssm_context(const TokenMeta& meta, const MaskSpec& mask,
-                                                     const SsmConfig& config, at::ScalarType dtype,
-                                                     const at::Device& device);
-// The CP path after `sharder` sharded the batch: `all_meta` is every rank's attention metadata in rank
-// order ([R, W * S_local], what the runner all-gathers).
-[[nodiscard]] SsmStepContext cp_ssm_context(const comm::Communicator& comm, const Sharder& sharder,
-                                            const TokenMeta& all_meta, const MaskSpec& mask, const SsmConfig& config,
-                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
-                                            const SsmCpOptions& options = {});
-// The same from the layout the shard used (`layout` = sharder.shard_layout().global).
-[[nodiscard]] SsmStepContext cp_ssm_context(const comm::Communicator& comm, const GlobalLayout& layout,
-                                            const TokenMeta& all_meta, const MaskSpec& mask, const SsmConfig& config,
-                                            at::ScalarType dtype, const at::Device& device, std::string nvtx,
-                                            const SsmCpOptions& options = {});
+// What the Mamba layers need this step (kernels/mixers/linear/linear_step.hpp has the shared part). Built
+// by single_rank_linear_context / cp_linear_context (linear_parts.hpp) with SsmCpOptions (the strategy and
+// the two negative controls: the rank-order scan, the dropped incoming state).
+using SsmStepContext = LinearStepContextOf<SsmCpStrategy, SsmCpShape, 'M'>;
+using SsmCpOptions = LinearCpOptions<SsmCpStrategy>;
+// The Mamba mixer's parts (mamba_mixer.cpp).
+[[nodiscard]] const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&);
+// Its channel split: which proj channels each rank takes under hidden_parallel, and its refusal.
+[[nodiscard]] LinearLayerSpec mamba_spec(const SsmConfig& config);
 
 // The SSM part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> y [R, S_local,
 // d_inner] (before the gate), every head's output for this rank's tokens. Collective over ctx.comm.

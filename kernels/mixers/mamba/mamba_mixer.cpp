@@ -48,17 +48,9 @@ class MambaLayer final : public MixerLayer {
   at::Tensor norm_, in_proj_, out_proj_;
 };
 
-SsmCpStrategy ssm_strategy(const std::string& name) {
-  const auto s = parse_ssm_cp_strategy(name);
-  CP_CHECK_USAGE(s.has_value(), "ssm_cp: unknown SSM CP strategy '", name, "'");
-  return *s;
-}
-
-class MambaMixer final : public LinearMixer {
+class MambaMixer final : public LinearMixerOf<SsmConfig> {
  public:
-  MambaMixer() : LinearMixer({'M', "mamba", "SSM", "Mamba", "ssm", "ssm_cp", "tiny-hybrid"}) {}
-  [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.ssm.fields(); }
-  void validate(const MixerConfigs& c) const override { c.ssm.validate(); }
+  MambaMixer() : LinearMixerOf({'M', "mamba", "SSM", "Mamba", "ssm", "ssm_cp", "tiny-hybrid"}) {}
   // Shrinking a real model's heads without naming its groups keeps its heads per group.
   void apply_sizes(MixerConfigs& c, const std::map<std::string, int64_t>& given, bool scaled) const override {
     const int64_t per_group = std::max<int64_t>(1, c.ssm.heads / std::max<int64_t>(1, c.ssm.groups));
@@ -66,28 +58,10 @@ class MambaMixer final : public LinearMixer {
     if (scaled && given.count("heads") && !given.count("groups"))
       c.ssm.groups = std::max<int64_t>(1, c.ssm.heads / per_group);
   }
-  [[nodiscard]] std::vector<std::string> strategies() const override { return known_ssm_cp_strategies(); }
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {{"ssm_rank_order", "load_balanced, SSM layers scan in rank order (chunk order not undone)",
              "scans_rank_order", "hidden_parallel", false},
             state_dropped_control("ssm_state_dropped", "SSM layers")};
-  }
-  [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
-    return std::make_unique<MambaLayer>(c.ssm, init);
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& c, const TokenMeta& meta,
-                                                                      const MaskSpec& mask, at::ScalarType dtype,
-                                                                      const at::Device& device) const override {
-    return std::make_shared<SsmStepContext>(single_rank_ssm_context(meta, mask, c.ssm, dtype, device));
-  }
-  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& c,
-                                                             const CpStepInputs& in) const override {
-    SsmCpOptions o;
-    o.strategy = ssm_strategy(in.strategy);
-    o.undo_chunk_order = in.fault != "scans_rank_order";
-    o.drop_incoming_state = in.fault == "drops_incoming_state";
-    return std::make_shared<SsmStepContext>(cp_ssm_context(*in.comm, *in.layout, in.all_meta, in.mask, c.ssm,
-                                                           in.dtype, in.device, in.nvtx, o));
   }
   // Forward per token and head from the scan's own count; backward about twice it (its convention).
   [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
@@ -134,18 +108,10 @@ class MambaMixer final : public LinearMixer {
     const SsmConfig& c = configs.ssm;
     const int64_t W = q.cp, P = q.seq_len, s = P / W;
     const double H = static_cast<double>(c.heads);
-    if (ssm_strategy(strategy) == SsmCpStrategy::hidden_parallel)
+    if (this->strategy(strategy) == SsmCpStrategy::hidden_parallel)
       return ssm_scan_flops(P, c.chunk, c.head_dim, c.state) * static_cast<double>(P) * H / static_cast<double>(W);
     return ssm_scan_flops(s, c.chunk, c.head_dim, c.state) * static_cast<double>(s) * H +
            (W > 1 ? 2.0 * static_cast<double>(c.head_dim * c.state) * static_cast<double>(s) * H : 0.0);
-  }
-  [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
-                                       const LayerCostQuery& q) const override {
-    return ssm_cp_bytes(ssm_strategy(strategy), shape(configs.ssm, q));
-  }
-  [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& configs, const std::string& strategy,
-                                        const LayerCostQuery& q) const override {
-    return ssm_cp_extra_memory_bytes(ssm_strategy(strategy), shape(configs.ssm, q));
   }
   // One fp32 state per chunk.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
@@ -153,18 +119,21 @@ class MambaMixer final : public LinearMixer {
     const SsmConfig& c = configs.ssm;
     return q.rows * ((s + Q - 1) / Q) * c.heads * c.head_dim * c.state * 4;
   }
-  [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
-    return c.ssm.cp_unsupported_reason(cp);
-  }
   [[nodiscard]] std::string suffix_prefix() const override { return "/"; }
-
- private:
-  static SsmCpShape shape(const SsmConfig& c, const LayerCostQuery& q) {
-    return ssm_cp_shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
-  }
 };
 
+std::unique_ptr<MixerLayer> make_mamba_layer(const SsmConfig& c, const LayerInit& init) {
+  return std::make_unique<MambaLayer>(c, init);
+}
+
 }  // namespace
+
+const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
+  static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
+      &MixerConfigs::ssm, make_mamba_layer, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes,
+      parse_ssm_cp_strategy, known_ssm_cp_strategies};
+  return parts;
+}
 
 std::unique_ptr<Mixer> make_mamba_mixer() { return std::make_unique<MambaMixer>(); }
 

@@ -66,11 +66,8 @@ at::Tensor incoming_state_correction(const StatePassingPlan& sp, const SsmScanIn
 
 at::Tensor mamba_state_passing_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
                                        const SsmStepContext& ctx) {
-  CP_CHECK(ctx.state_passing != nullptr, "mamba: state passing without its step plan");
-  const StatePassingPlan& sp = *ctx.state_passing;
+  const StatePassingPlan& sp = step_state_passing_plan(ctx, c.conv, "mamba");
   const int64_t R = proj.size(0), L = proj.size(1);
-  CP_CHECK(c.conv == sp.conv, "mamba state passing: conv ", c.conv, ", the step's plan has ", sp.conv, " (rank ",
-           sp.rank, ")");
   const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
   const int64_t d = c.d_inner(), cc = c.conv_channels();
   const at::Tensor taps = state_passing_taps(proj.narrow(2, d, cc), ctx, "ssm_halo");

@@ -1,0 +1,85 @@
+#pragma once
+// What a linear-recurrence mixer hands the shared machinery, as data: its config's place in MixerConfigs,
+// its layer, its channel split (LinearLayerSpec), its cost shape and formulas, its strategy names. From
+// these, written once here and in linear_mixer.hpp (LinearMixerOf), come its step contexts (the reference
+// rank's and a CP rank's) and the plumbing of its registry entry. A mixer declares one overload
+//
+//   const LinearParts<Config, Strategy, Shape, Context>& linear_parts(const Config&);
+//
+// in its header and defines it beside its layer; the builders below find it by the config's type.
+#include <ATen/ATen.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/mixers/linear/linear_costs.hpp"
+#include "kernels/mixers/linear/linear_step.hpp"
+#include "kernels/mixers/mixer.hpp"
+
+namespace cpbench {
+
+template <class ConfigT, class StrategyT, class ShapeT, class ContextT>
+struct LinearParts {
+  using Config = ConfigT;
+  using Strategy = StrategyT;  // its first value is the channel-parallel default
+  using Shape = ShapeT;
+  using Context = ContextT;
+  Config MixerConfigs::*config;                     // the mixer's sizes in a model's MixerConfigs
+  std::unique_ptr<MixerLayer> (*layer)(const Config&, const LayerInit&);
+  LinearLayerSpec (*spec)(const Config&);           // conv, chunk, heads and the channel split
+  Shape (*shape)(const Config&, const LinearCpShape&);
+  LinearCpBytes (*bytes)(Strategy, const Shape&);   // bytes per layer and rank (checked every step)
+  int64_t (*extra_memory)(Strategy, const Shape&);  // CP's extra bytes per layer and rank
+  std::optional<Strategy> (*parse)(const std::string&);
+  std::vector<std::string> (*known)();              // the strategies' scenario names, default first
+};
+
+// The parts of the mixer whose config is `Config`.
+template <class Config>
+using LinearPartsOf = std::decay_t<decltype(linear_parts(std::declval<const Config&>()))>;
+
+// The single-rank context (the reference): the batch's rows as given, `meta` [B, S].
+template <class Config>
+[[nodiscard]] typename LinearPartsOf<Config>::Context single_rank_linear_context(const TokenMeta& meta,
+                                                                                const MaskSpec& mask,
+                                                                                const Config& config,
+                                                                                at::ScalarType dtype,
+                                                                                const at::Device& device) {
+  const auto& parts = linear_parts(config);
+  typename LinearPartsOf<Config>::Context ctx;
+  fill_single_rank_context(ctx, parts.spec(config), meta, mask, dtype, device);
+  ctx.bytes = parts.bytes;
+  ctx.shape = parts.shape(config, linear_cp_shape(meta.batch(), meta.tokens(), 1, config.conv,
+                                                  static_cast<int64_t>(c10::elementSize(dtype))));
+  return ctx;
+}
+
+// A CP rank's context: `layout` = sharder.shard_layout().global; `all_meta` every rank's metadata in rank
+// order ([R, W * S_local], what the runner all-gathers). Throws naming the mixer's key when the strategy
+// cannot split the layer.
+template <class Config>
+[[nodiscard]] typename LinearPartsOf<Config>::Context cp_linear_context(
+    const comm::Communicator& comm, const GlobalLayout& layout, const TokenMeta& all_meta, const MaskSpec& mask,
+    const Config& config, at::ScalarType dtype, const at::Device& device, std::string nvtx,
+    const LinearCpOptions<typename LinearPartsOf<Config>::Strategy>& options = {}) {
+  using Strategy = typename LinearPartsOf<Config>::Strategy;
+  const auto& parts = linear_parts(config);
+  typename LinearPartsOf<Config>::Context ctx;
+  ctx.strategy = options.strategy;
+  ctx.bytes = parts.bytes;
+  ctx.shape = parts.shape(config, linear_cp_shape(all_meta.batch(), layout.padded_seq_len, comm.size(), config.conv,
+                                                  static_cast<int64_t>(c10::elementSize(dtype))));
+  const LinearCpRequest request{options.strategy == Strategy::state_passing, options.drop_incoming_state,
+                                options.undo_chunk_order};
+  ctx.shape.chunks_per_rank = fill_cp_context(ctx, parts.spec(config), comm, layout, all_meta, mask, dtype, device,
+                                              std::move(nvtx), request);
+  return ctx;
+}
+
+}  // namespace cpbench
