@@ -29,12 +29,7 @@ using LayerCase = linear_test::LayerCase<GdnCpStrategy>;
 GdnConfig test_config() { return GdnConfig{2, 4, 8, 8, 4, 8}; }
 
 Compared check_layer(const LayerCase& k, const GdnConfig& c, bool drop_state = false) {
-  const GdnParams p = draw_params(c, 5);
-  const GdnCpOptions opt{k.strategy, drop_state};
-  const auto run = [&](const Laid& st, const at::Tensor& proj, const at::Tensor& wy, const MaskSpec& m) {
-    return std::pair{run_cp(st, c, p, proj, wy, m, k.dtype, opt), run_single(st.meta, c, p, proj, wy, m, k.dtype)};
-  };
-  return linear_test::check_case(k.layout, k.W, k.mask, c.in_proj_width(), c.value_dim(), run);
+  return linear_test::check_mixer(kMixer, k, c, draw_params(c, 5), drop_state);
 }
 
 std::string label(const LayerCase& k) { return linear_test::case_label(k); }
@@ -79,12 +74,8 @@ TEST(GdnCp, LowPrecisionAndAConvOfOne) {
 
 // The negative control: the last rank ignores the state arriving at its chunks.
 TEST(GdnCp, DroppedIncomingStateIsCaught) {
-  for (int64_t W : {2, 4}) {
-    const LayerCase k{"load_balanced", W, "causal", at::kDouble};
-    const Compared d = check_layer(k, test_config(), /*drop_state=*/true);
-    EXPECT_GT(d.y, 1e3 * tolerance(k.dtype)) << label(k);
-    EXPECT_GT(d.param_grad, 1e3 * tolerance(k.dtype)) << label(k);
-  }
+  linear_test::expect_dropped_state_caught<GdnCpStrategy>(
+      [](const LayerCase& k) { return check_layer(k, test_config(), /*drop_state=*/true); });
 }
 
 TEST(GdnCp, HeadParallelRefusesHeadsThatDoNotSplit) {
@@ -94,8 +85,9 @@ TEST(GdnCp, HeadParallelRefusesHeadsThatDoNotSplit) {
   const std::string k = GdnConfig{3, 6, 8, 8, 4, 8}.cp_unsupported_reason(2);
   EXPECT_NE(k.find("model.gdn.key_heads 3 and cp 2"), std::string::npos) << k;
   const Laid st = make_stream("load_balanced", 3, {{60}});
-  EXPECT_THROW((void)run_single(st.meta, GdnConfig{2, 4, 8, 8, 4, 8}, draw_params(GdnConfig{2, 4, 8, 8, 4, 8}, 1),
-                                at::zeros({1, 1, 3}), at::zeros({1, 1, 32}), MaskSpec::parse("causal"), at::kDouble),
+  EXPECT_THROW((void)linear_test::run_single_mixer(kMixer, st.meta, GdnConfig{2, 4, 8, 8, 4, 8},
+                                                   draw_params(GdnConfig{2, 4, 8, 8, 4, 8}, 1), at::zeros({1, 1, 3}),
+                                                   at::zeros({1, 1, 32}), MaskSpec::parse("causal"), at::kDouble),
                Error)
       << "a proj of the wrong width";
 }

@@ -14,6 +14,7 @@
 #include "harness/runner/admission.hpp"
 #include "harness/runner/scenario.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/linear_costs_test_util.hpp"
 
 using namespace cpbench;
 using nlohmann::json;
@@ -169,20 +170,8 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   bf16.elem_bytes = 2;
   bf16.state_elem_bytes = 4;
   EXPECT_EQ(gdn_state_passing_bytes(bf16).forward, 3 * (2 * 2 * 4 * 8 * 24 * 4 + 2 * 2 * 3 * 96 * 2));
-  GdnCpShape k1 = s;
-  k1.conv = 1;
-  EXPECT_EQ(gdn_state_passing_bytes(k1).calls_forward, 1);
-  GdnCpShape one = s;
-  one.cp = 1;
-  EXPECT_EQ(gdn_cp_bytes(GdnCpStrategy::state_passing, one).total(), 0);
-  EXPECT_EQ(gdn_cp_bytes(GdnCpStrategy::head_parallel, one).total(), 0);
-  GdnCpShape three = s;
-  three.cp = 3;
-  three.seq_len = 63;
-  EXPECT_THROW((void)gdn_head_parallel_bytes(three), Error) << "4 value heads do not split over 3 ranks";
-  EXPECT_NO_THROW((void)gdn_state_passing_bytes(three));
-  for (const auto& n : known_gdn_cp_strategies()) EXPECT_EQ(to_string(*parse_gdn_cp_strategy(n)), n);
-  EXPECT_FALSE(parse_gdn_cp_strategy("hidden_parallel").has_value());
+  linear_test::expect_shared_byte_rules(s, gdn_cp_bytes, GdnCpStrategy::head_parallel);
+  linear_test::expect_names_round_trip(known_gdn_cp_strategies(), parse_gdn_cp_strategy, "hidden_parallel");
 }
 
 TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {

@@ -9,71 +9,13 @@
 #include <vector>
 
 #include "kernels/mixers/gdn/gdn_scan.hpp"
+#include "tests/unit/delta_rule_scan_util.hpp"
 #include "sharders/core/check.hpp"
 
 using namespace cpbench;
+using namespace cpbench::delta_rule_test;
 
-namespace {
-
-struct Inputs {
-  at::Tensor q, k, v, g, beta, group, initial;
-};
-
-// R rows of L tokens, H heads, unit-norm keys (as the layer's L2 normalisation makes them), decays of a
-// few tens of tokens, documents of the given lengths (the same in every row; a row start is a reset).
-Inputs draw(int64_t R, int64_t L, int64_t H, int64_t dk, int64_t dv, const std::vector<int64_t>& docs, uint64_t seed,
-            bool initial) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto o = at::TensorOptions().dtype(at::kDouble);
-  Inputs in;
-  const auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
-  in.q = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o)) / std::sqrt(static_cast<double>(dk));
-  in.k = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o));
-  in.v = at::normal(0.0, 1.0, {R, L, H, dv}, gen, o);
-  in.g = -at::softplus(at::normal(-3.0, 1.0, {R, L, H}, gen, o));
-  in.beta = at::sigmoid(at::normal(0.0, 1.0, {R, L, H}, gen, o));
-  in.group = at::zeros({R, L}, at::kLong);
-  int64_t at_ = 0, d = 0;
-  for (int64_t len : docs) {
-    in.group.narrow(1, at_, std::min(len, L - at_)).fill_(d++);
-    at_ += len;
-    if (at_ >= L) break;
-  }
-  if (at_ < L) in.group.narrow(1, at_, L - at_).fill_(d);
-  for (int64_t r = 0; r < R; ++r) in.group[r] += 1000 * r;
-  if (initial) in.initial = at::normal(0.0, 1.0, {R, H, dk, dv}, gen, o);
-  return in;
-}
-
-std::vector<at::Tensor> leaves(Inputs& in) {
-  std::vector<at::Tensor> v{in.q, in.k, in.v, in.g, in.beta};
-  if (in.initial.defined()) v.push_back(in.initial);
-  for (auto& t : v) t.requires_grad_(true);
-  return v;
-}
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1e-300, b.abs().max().item<double>());
-}
-
-// Values, final state and gradients of sum(o * w) + sum(final * w2): chunked vs recurrence.
-double worst_difference(const std::vector<int64_t>& docs, int64_t L, int64_t chunk, bool initial) {
-  Inputs a = draw(2, L, 3, 8, 6, docs, 11, initial);
-  Inputs b = draw(2, L, 3, 8, 6, docs, 11, initial);
-  const auto la = leaves(a), lb = leaves(b);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  const at::Tensor w = at::normal(0.0, 1.0, {2, L, 3, 6}, gen, at::TensorOptions().dtype(at::kDouble));
-  const at::Tensor w2 = at::normal(0.0, 1.0, {2, 3, 8, 6}, gen, at::TensorOptions().dtype(at::kDouble));
-  const GdnScanResult c = gdn_chunk_scan(a.q, a.k, a.v, a.g, a.beta, a.group, chunk, a.initial);
-  const GdnScanResult r = gdn_recurrence(b.q, b.k, b.v, b.g, b.beta, b.group, b.initial);
-  ((c.o * w).sum() + (c.final_state * w2).sum()).backward();
-  ((r.o * w).sum() + (r.final_state * w2).sum()).backward();
-  double worst = std::max(rel(c.o, r.o), rel(c.final_state, r.final_state));
-  for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, rel(la[i].grad(), lb[i].grad()));
-  return worst;
-}
-
-}  // namespace
+constexpr Gate kGate = Gate::scalar;
 
 TEST(GdnScan, RecurrenceMatchesTwoTokensWorkedByHand) {
   // dk = 2, dv = 1, one row, one head. Token 1: S1 = beta1 k1 v1 = 0.5 * 2 * (0.6, 0.8) = (0.6, 0.8).
@@ -101,15 +43,15 @@ TEST(GdnScan, ChunkedMatchesTheRecurrenceToFloat64Rounding) {
   const std::vector<int64_t> docs = {23, 41, 1, 1, 1, 1};
   for (const int64_t chunk : {1, 7, 16, 64, 100, 256})
     for (const bool initial : {false, true}) {
-      const double d = worst_difference(docs, 100, chunk, initial);
+      const double d = worst_difference(kGate, docs, 100, chunk, initial);
       EXPECT_LT(d, 1e-12) << "chunk " << chunk << (initial ? " with" : " without") << " an initial state";
     }
-  EXPECT_LT(worst_difference({100}, 100, 16, true), 1e-12) << "one document";
+  EXPECT_LT(worst_difference(kGate, {100}, 100, 16, true), 1e-12) << "one document";
 }
 
 TEST(GdnScan, AResetStartsFromZero) {
   // The second document's outputs equal a run of that document alone (no state crosses the reset).
-  Inputs in = draw(1, 60, 2, 8, 4, {25, 35}, 5, true);
+  Inputs in = draw(kGate, 1, 60, 2, 8, 4, {25, 35}, 5, true);
   const GdnScanResult both = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group, 16, in.initial);
   const auto tail = [](const at::Tensor& t) { return t.narrow(1, 25, 35); };
   const GdnScanResult alone = gdn_recurrence(tail(in.q), tail(in.k), tail(in.v), tail(in.g), tail(in.beta),
@@ -123,7 +65,7 @@ TEST(GdnScan, AResetStartsFromZero) {
 
 TEST(GdnScan, TransparentSlotsLeaveTheStateUnchanged) {
   // g = beta = 0 and q = k = v = 0 on 5 slots inserted at t = 30: every other output is unchanged.
-  Inputs in = draw(1, 60, 2, 8, 4, {60}, 9, false);
+  Inputs in = draw(kGate, 1, 60, 2, 8, 4, {60}, 9, false);
   const auto insert = [](const at::Tensor& t) {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     shape[1] = 5;
@@ -138,7 +80,7 @@ TEST(GdnScan, TransparentSlotsLeaveTheStateUnchanged) {
 }
 
 TEST(GdnScan, LowPrecisionComputesInFloat32) {
-  Inputs in = draw(1, 80, 2, 8, 8, {30, 50}, 13, false);
+  Inputs in = draw(kGate, 1, 80, 2, 8, 8, {30, 50}, 13, false);
   const GdnScanResult ref = gdn_recurrence(in.q, in.k, in.v, in.g, in.beta, in.group);
   const auto bf = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
   const GdnScanResult low = gdn_chunk_scan(bf(in.q), bf(in.k), bf(in.v), bf(in.g), bf(in.beta), in.group, 16);
@@ -148,7 +90,7 @@ TEST(GdnScan, LowPrecisionComputesInFloat32) {
 }
 
 TEST(GdnScan, ShapesAreChecked) {
-  Inputs in = draw(1, 8, 2, 4, 4, {8}, 1, false);
+  Inputs in = draw(kGate, 1, 8, 2, 4, 4, {8}, 1, false);
   EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k.narrow(3, 0, 3), in.v, in.g, in.beta, in.group), Error);
   EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group.to(at::kInt)), Error);
   EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, in.group, 0), Error);

@@ -28,12 +28,7 @@ using LayerCase = linear_test::LayerCase<GdnCpStrategy>;
 KdaConfig test_config(int64_t W) { return KdaConfig{W == 3 ? 3 : 4, 8, 8, 4, 8, 8}; }
 
 Compared check_layer(const LayerCase& k, const KdaConfig& c, bool drop_state = false) {
-  const KdaParams p = draw_params(c, 5);
-  const GdnCpOptions opt{k.strategy, drop_state};
-  const auto run = [&](const Laid& st, const at::Tensor& proj, const at::Tensor& wy, const MaskSpec& m) {
-    return std::pair{run_cp(st, c, p, proj, wy, m, k.dtype, opt), run_single(st.meta, c, p, proj, wy, m, k.dtype)};
-  };
-  return linear_test::check_case(k.layout, k.W, k.mask, c.proj_width(), c.value_dim(), run);
+  return linear_test::check_mixer(kMixer, k, c, draw_params(c, 5), drop_state);
 }
 
 void expect_match(const LayerCase& k, const KdaConfig& c) {
@@ -76,12 +71,8 @@ TEST(KdaCp, DkDiffersFromDvAndAConvOfOne) {
 
 // The negative control: the last rank ignores the state arriving at its chunks.
 TEST(KdaCp, DroppedIncomingStateIsCaught) {
-  for (int64_t W : {2, 4}) {
-    const LayerCase k{"load_balanced", W, "causal", at::kDouble};
-    const Compared d = check_layer(k, test_config(W), /*drop_state=*/true);
-    EXPECT_GT(d.y, 1e3 * tolerance(k.dtype)) << linear_test::case_label(k);
-    EXPECT_GT(d.param_grad, 1e3 * tolerance(k.dtype)) << linear_test::case_label(k);
-  }
+  linear_test::expect_dropped_state_caught<GdnCpStrategy>(
+      [](const LayerCase& k) { return check_layer(k, test_config(k.W), /*drop_state=*/true); });
 }
 
 TEST(KdaCp, BytesFollowTheFormulasAndHeadsThatDoNotSplitAreRefused) {

@@ -5,6 +5,8 @@
 // admission's KDA terms.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "harness/model/hf_config.hpp"
 #include "harness/planner/plan.hpp"
 #include "harness/runner/admission.hpp"
@@ -20,11 +22,9 @@ TEST(KdaModels, KimiLinearFromItsShippedConfig) {
   EXPECT_EQ(m.mixers, "KKKAKKKAKKKAKKKAKKKAKKKAKKA") << "full_attn_layers 4, 8, ..., 24, 27 (1-based)";
   EXPECT_EQ(count_layers(m.mixers, 27, 'K'), 20);
   EXPECT_EQ(m.attention_layers(), 7);
-  EXPECT_EQ(m.kda.heads, 32);
-  EXPECT_EQ(m.kda.key_head_dim, 128);
-  EXPECT_EQ(m.kda.value_head_dim, 128);
-  EXPECT_EQ(m.kda.gate_rank, 128);
-  EXPECT_EQ(m.kda.conv, 4);
+  // heads, key and value head dims, gate rank, conv
+  EXPECT_EQ(std::tuple(m.kda.heads, m.kda.key_head_dim, m.kda.value_head_dim, m.kda.gate_rank, m.kda.conv),
+            std::tuple(32, 128, 128, 128, 4));
   EXPECT_EQ(m.heads, 32);
   EXPECT_EQ(m.kv_heads, 32);
   EXPECT_EQ(m.head_dim, 192) << "MLA as plain attention: qk_nope_head_dim 128 + qk_rope_head_dim 64";

@@ -10,71 +10,13 @@
 #include <vector>
 
 #include "kernels/mixers/gdn/gdn_scan.hpp"
+#include "tests/unit/delta_rule_scan_util.hpp"
 #include "sharders/core/check.hpp"
 
 using namespace cpbench;
+using namespace cpbench::delta_rule_test;
 
-namespace {
-
-struct Inputs {
-  at::Tensor q, k, v, g, beta, group, initial;
-};
-
-// R rows of L tokens, H heads, unit-norm keys, per-channel log decays spread from ~-3 (forgets within a
-// token) to ~-0.005 (reaches hundreds of tokens); documents as given (a row start is a reset).
-Inputs draw(int64_t R, int64_t L, int64_t H, int64_t dk, int64_t dv, const std::vector<int64_t>& docs, uint64_t seed,
-            bool initial, double decay_scale = 1.0) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto o = at::TensorOptions().dtype(at::kDouble);
-  Inputs in;
-  const auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
-  in.q = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o)) / std::sqrt(static_cast<double>(dk));
-  in.k = unit(at::normal(0.0, 1.0, {R, L, H, dk}, gen, o));
-  in.v = at::normal(0.0, 1.0, {R, L, H, dv}, gen, o);
-  in.g = -decay_scale * at::softplus(at::normal(-2.0, 2.0, {R, L, H, dk}, gen, o));
-  in.beta = at::sigmoid(at::normal(0.0, 1.0, {R, L, H}, gen, o));
-  in.group = at::zeros({R, L}, at::kLong);
-  int64_t at_ = 0, d = 0;
-  for (int64_t len : docs) {
-    in.group.narrow(1, at_, std::min(len, L - at_)).fill_(d++);
-    at_ += len;
-    if (at_ >= L) break;
-  }
-  if (at_ < L) in.group.narrow(1, at_, L - at_).fill_(d);
-  for (int64_t r = 0; r < R; ++r) in.group[r] += 1000 * r;
-  if (initial) in.initial = at::normal(0.0, 1.0, {R, H, dk, dv}, gen, o);
-  return in;
-}
-
-std::vector<at::Tensor> leaves(Inputs& in) {
-  std::vector<at::Tensor> v{in.q, in.k, in.v, in.g, in.beta};
-  if (in.initial.defined()) v.push_back(in.initial);
-  for (auto& t : v) t.requires_grad_(true);
-  return v;
-}
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1e-300, b.abs().max().item<double>());
-}
-
-// Values, final state and gradients of sum(o * w) + sum(final * w2): chunked vs recurrence.
-double worst_difference(const std::vector<int64_t>& docs, int64_t L, int64_t chunk, bool initial) {
-  Inputs a = draw(2, L, 3, 8, 6, docs, 11, initial);
-  Inputs b = draw(2, L, 3, 8, 6, docs, 11, initial);
-  const auto la = leaves(a), lb = leaves(b);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  const at::Tensor w = at::normal(0.0, 1.0, {2, L, 3, 6}, gen, at::TensorOptions().dtype(at::kDouble));
-  const at::Tensor w2 = at::normal(0.0, 1.0, {2, 3, 8, 6}, gen, at::TensorOptions().dtype(at::kDouble));
-  const GdnScanResult c = gdn_chunk_scan(a.q, a.k, a.v, a.g, a.beta, a.group, chunk, a.initial);
-  const GdnScanResult r = gdn_recurrence(b.q, b.k, b.v, b.g, b.beta, b.group, b.initial);
-  ((c.o * w).sum() + (c.final_state * w2).sum()).backward();
-  ((r.o * w).sum() + (r.final_state * w2).sum()).backward();
-  double worst = std::max(rel(c.o, r.o), rel(c.final_state, r.final_state));
-  for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, rel(la[i].grad(), lb[i].grad()));
-  return worst;
-}
-
-}  // namespace
+constexpr Gate kGate = Gate::channel;
 
 TEST(KdaScan, RecurrenceMatchesATokenWorkedByHand) {
   // dk = 2, dv = 1, S_0 = (1, 1)^T, alpha = (0.5, 0.25), k = (1, 0), beta = 0.5, v = 2:
@@ -104,18 +46,18 @@ TEST(KdaScan, ChunkedMatchesTheRecurrenceToFloat64Rounding) {
   double worst = 0;
   for (const int64_t chunk : {1, 7, 16, 64, 100, 256})
     for (const bool initial : {false, true}) {
-      const double d = worst_difference(docs, 100, chunk, initial);
+      const double d = worst_difference(kGate, docs, 100, chunk, initial);
       worst = std::max(worst, d);
       EXPECT_LT(d, 1e-12) << "chunk " << chunk << (initial ? " with" : " without") << " an initial state";
     }
-  EXPECT_LT(worst_difference({100}, 100, 16, true), 1e-12) << "one document";
+  EXPECT_LT(worst_difference(kGate, {100}, 100, 16, true), 1e-12) << "one document";
   RecordProperty("worst_relative_difference", std::to_string(worst));
   std::printf("KdaScan: worst relative difference chunked vs recurrence (float64): %.3g\n", worst);
 }
 
 TEST(KdaScan, TheScalarGateIsItsBroadcast) {
   // GDN's one decay per head, given as the same value on every key channel, runs the same recurrence.
-  Inputs in = draw(2, 50, 2, 8, 4, {20, 30}, 7, true);
+  Inputs in = draw(kGate, 2, 50, 2, 8, 4, {20, 30}, 7, true);
   const at::Tensor g = in.g.select(3, 0);  // [R, L, H]
   const at::Tensor wide = g.unsqueeze(-1).expand({2, 50, 2, 8});
   const GdnScanResult scalar = gdn_chunk_scan(in.q, in.k, in.v, g, in.beta, in.group, 16, in.initial);
@@ -130,7 +72,7 @@ TEST(KdaScan, TheScalarGateIsItsBroadcast) {
 TEST(KdaScan, Bfloat16StaysFiniteAtStrongDecays) {
   // Decays of up to ~-40 per token and channel: a cumulative decay over a chunk of 64 reaches ~-2500,
   // whose exp(-G) would overflow; every exponent the chunked form takes is a difference inside a chunk.
-  Inputs in = draw(1, 128, 2, 8, 8, {50, 78}, 13, false, 10.0);
+  Inputs in = draw(kGate, 1, 128, 2, 8, 8, {50, 78}, 13, false, 10.0);
   const auto bf = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
   const auto rounded = [&](const at::Tensor& t) { return bf(t).to(at::kDouble); };  // the same inputs in float64
   const GdnScanResult ref =
@@ -145,7 +87,7 @@ TEST(KdaScan, Bfloat16StaysFiniteAtStrongDecays) {
 }
 
 TEST(KdaScan, ShapesAreCheckedAndFlopsCountTheChannelDecay) {
-  Inputs in = draw(1, 8, 2, 4, 4, {8}, 1, false);
+  Inputs in = draw(kGate, 1, 8, 2, 4, 4, {8}, 1, false);
   EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g.narrow(3, 0, 3), in.beta, in.group), Error);
   EXPECT_DOUBLE_EQ(gdn_scan_flops(4096, 64, 128, 128, true) - gdn_scan_flops(4096, 64, 128, 128), 2.0 * 64 * 128);
 }

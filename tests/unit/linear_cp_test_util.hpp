@@ -229,4 +229,17 @@ template <class Case>
   return k.layout + "/W" + std::to_string(k.W) + "/" + k.mask + "/" + dtype_name(k.dtype) + "/" + to_string(k.strategy);
 }
 
+// The state-dropped negative control (the last rank ignores the state arriving at its chunks) on
+// load_balanced, causal, W = 2 and 4: outputs and parameter gradients off by more than 1e3 x the
+// tolerance. `check(k)` runs case k with the control on.
+template <class Strategy, class Check>
+void expect_dropped_state_caught(const Check& check) {
+  for (int64_t W : {2, 4}) {
+    const LayerCase<Strategy> k{"load_balanced", W, "causal", at::kDouble};
+    const Compared d = check(k);
+    EXPECT_GT(d.y, 1e3 * tolerance(k.dtype)) << case_label(k);
+    EXPECT_GT(d.param_grad, 1e3 * tolerance(k.dtype)) << case_label(k);
+  }
+}
+
 }  // namespace cpbench::linear_test

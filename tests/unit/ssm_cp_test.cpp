@@ -26,8 +26,9 @@
 #include "harness/runner/scenario.hpp"
 #include "kernels/comm/process_group.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/linear_costs_test_util.hpp"
 #include "sharders/registry.hpp"
-#include "tests/unit/linear_cp_test_util.hpp"
+#include "tests/unit/mixer_under_test.hpp"
 
 using namespace cpbench;
 
@@ -72,21 +73,11 @@ TEST(SsmCpCosts, BytesAndMemoryMatchHandWorkedNumbers) {
   SsmCpShape k1 = s;
   k1.conv = 1;
   EXPECT_EQ(state_passing_bytes(k1).forward, 3 * 2 * 2 * 4 * 129 * 8);
-  EXPECT_EQ(state_passing_bytes(k1).calls_forward, 1);
-  SsmCpShape one = s;
-  one.cp = 1;
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::state_passing, one).total(), 0);
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::hidden_parallel, one).total(), 0);
-  SsmCpShape three = s;
-  three.cp = 3;
-  three.seq_len = 63;
-  EXPECT_THROW((void)hidden_parallel_bytes(three), Error) << "4 heads do not split over 3 ranks";
-  EXPECT_NO_THROW((void)state_passing_bytes(three));
+  linear_test::expect_shared_byte_rules(s, ssm_cp_bytes, SsmCpStrategy::hidden_parallel);
 }
 
 TEST(SsmCpCosts, StrategyNamesRoundTrip) {
-  for (const auto& n : known_ssm_cp_strategies()) EXPECT_EQ(to_string(*parse_ssm_cp_strategy(n)), n);
-  EXPECT_FALSE(parse_ssm_cp_strategy("ring").has_value());
+  linear_test::expect_names_round_trip(known_ssm_cp_strategies(), parse_ssm_cp_strategy, "ring");
 }
 
 TEST(SsmCpCosts, ContiguousRunsOfALayout) {
@@ -182,31 +173,10 @@ SsmParams as_leaves(const SsmParams& p, at::ScalarType dtype) {
   return {f(p.conv_w), f(p.conv_b), f(p.dt_bias), f(p.A_log), f(p.D)};
 }
 
-// The layer over `st` on W threads (a Gloo group over a HashStore), loss = sum(y * wy).
-LayerRun run_cp(const Stream& st, const SsmConfig& c, const SsmParams& p64, const at::Tensor& proj,
-                const at::Tensor& wy, const MaskSpec& mask, at::ScalarType dtype, SsmCpOptions options) {
-  return linear_test::run_cp_layer(
-      st, c.d_inner(), leaves(p64), proj, wy, dtype,
-      [&](int64_t r, const comm::Communicator& cm, const TokenMeta& all_meta, int64_t* sent) -> linear_test::RankForward {
-        SsmCpOptions o = options;
-        o.drop_incoming_state = options.drop_incoming_state && r == st.g.cp - 1;
-        auto ctx = std::make_shared<SsmStepContext>(cp_linear_context(cm, st.g, all_meta, mask, c, dtype, at::kCPU, "cp:test", o));
-        ctx->bytes_sent = sent;
-        return [&, ctx](const at::Tensor& x) {
-          const SsmParams params = as_leaves(p64, dtype);
-          return linear_test::RankRun{mamba_ssm_forward(x, params, c, *ctx), leaves(params), ctx->bytes_per_layer()};
-        };
-      });
-}
-
-LayerRun run_single(const Stream& st, const SsmConfig& c, const SsmParams& p64, const at::Tensor& proj,
-                    const at::Tensor& wy, const MaskSpec& mask, at::ScalarType dtype) {
-  const SsmStepContext ctx = single_rank_linear_context(st.meta, mask, c, dtype, at::kCPU);
-  return linear_test::run_single_layer(proj, wy, dtype, [&](const at::Tensor& x) {
-    const SsmParams params = as_leaves(p64, dtype);
-    return linear_test::RankRun{mamba_ssm_forward(x, params, c, ctx), leaves(params), 0};
-  });
-}
+// The Mamba layer's SSM part under test (mixer_under_test.hpp).
+const linear_test::MixerUnderTest<SsmConfig, SsmParams, SsmStepContext> kMixer{
+    mamba_ssm_forward, leaves, as_leaves, [](const SsmConfig& c) { return c.in_proj_width(); },
+    [](const SsmConfig& c) { return c.d_inner(); }};
 
 using linear_test::Compared;
 using linear_test::tolerance;
@@ -215,13 +185,7 @@ using LayerCase = linear_test::LayerCase<SsmCpStrategy>;
 
 // Runs one case; returns the comparison, checks the bytes and the host-tensor count.
 Compared check_layer(const LayerCase& k, const SsmConfig& c, bool drop_state = false) {
-  const SsmParams p = draw_params(c, 5);
-  const SsmCpOptions opt{k.strategy, drop_state};
-  return linear_test::check_case(k.layout, k.W, k.mask, c.in_proj_width(), c.d_inner(),
-                                 [&](const Stream& st, const at::Tensor& proj, const at::Tensor& wy, const MaskSpec& m) {
-                                   return std::pair{run_cp(st, c, p, proj, wy, m, k.dtype, opt),
-                                                    run_single(st, c, p, proj, wy, m, k.dtype)};
-                                 });
+  return linear_test::check_mixer(kMixer, k, c, draw_params(c, 5), drop_state);
 }
 
 std::string label(const LayerCase& k) { return linear_test::case_label(k); }
@@ -268,10 +232,6 @@ TEST(SsmStatePassing, HiddenParallelThroughTheSameHarness) {
 // The negative control: the last rank ignores the state arriving at its chunks. The outputs and the
 // gradients must differ from the reference far beyond the tolerance.
 TEST(SsmStatePassing, DroppedIncomingStateIsCaught) {
-  for (int64_t W : {2, 4}) {
-    const LayerCase k{"load_balanced", W, "causal", at::kDouble};
-    const Compared d = check_layer(k, test_config(), /*drop_state=*/true);
-    EXPECT_GT(d.y, 1e3 * tolerance(k.dtype)) << label(k);
-    EXPECT_GT(d.param_grad, 1e3 * tolerance(k.dtype)) << label(k);
-  }
+  linear_test::expect_dropped_state_caught<SsmCpStrategy>(
+      [](const LayerCase& k) { return check_layer(k, test_config(), /*drop_state=*/true); });
 }
