@@ -56,11 +56,7 @@ std::vector<int64_t> gdn_rank_channels(const GdnConfig& c, int64_t W, int64_t r,
 
 }  // namespace
 
-LinearLayerSpec gdn_spec(const GdnConfig& c) {
-  return {"gdn", c.conv, c.chunk, c.value_heads,
-          [&c](int64_t W, int64_t q, bool conv_coords) { return gdn_rank_channels(c, W, q, conv_coords); },
-          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
+LinearLayerSpec gdn_spec(const GdnConfig& c) { return linear_spec("gdn", c, c.value_heads, gdn_rank_channels); }
 
 GdnScanInputs gdn_scan_inputs(const at::Tensor& taps, const at::Tensor& ba, const at::Tensor& valid,
                               const at::Tensor& conv_w, const at::Tensor& dt_bias, const at::Tensor& A_log, int64_t hk,
@@ -108,10 +104,8 @@ namespace {
 // Head-parallel (and one rank): the whole stream for this rank's heads.
 at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
                                  const GdnStepContext& ctx) {
-  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
-  const std::string why = c.cp_unsupported_reason(W);
-  CP_CHECK(why.empty(), "gdn: ", why, " (rank ", r, ")");
-  const int64_t S_local = proj.size(1);
+  // fill_cp_context refused a split that does not divide the heads.
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1;
   const int64_t hk = c.key_heads >= W ? c.key_heads / W : 1, hv = c.value_heads / W;
   const int64_t dk = c.key_head_dim, dv = c.value_head_dim;
 
@@ -126,21 +120,17 @@ at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params
   const at::Tensor o = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, ctx.plan.group, ctx.chunk)
                            .o.reshape({mine.size(0), mine.size(1), hv * dv})
                            .to(st);
-  at::Tensor out = channel_parallel_return(o, ctx, "gdn_a2a");  // [R, S_local, Hv*dv]
-  CP_CHECK(out.size(1) == S_local && out.size(2) == c.value_dim(), "gdn: output ", shape_str(out.sizes()), " (rank ",
-           r, ")");
-  return out;
+  return channel_parallel_return(o, ctx, "gdn_a2a");  // [R, S_local, Hv*dv]
 }
 
 }  // namespace
 
 at::Tensor gdn_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
                        const GdnStepContext& ctx) {
-  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
-  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "gdn: proj ", shape_str(proj.sizes()),
-           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
-  if (ctx.strategy == GdnCpStrategy::state_passing) return gdn_state_passing_forward(proj, params, c, ctx);
-  return head_parallel_forward(proj, params, c, ctx);
+  return linear_forward(
+      proj, ctx, c.in_proj_width(), c.value_dim(), "gdn",
+      [&](const at::Tensor& p) { return gdn_state_passing_forward(p, params, c, ctx); },
+      [&](const at::Tensor& p) { return head_parallel_forward(p, params, c, ctx); });
 }
 
 }  // namespace cpbench

@@ -111,15 +111,11 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
   [[nodiscard]] std::string suffix_prefix() const override { return "/gdn_"; }
 };
 
-std::unique_ptr<MixerLayer> make_gdn_layer(const GdnConfig& c, const LayerInit& init) {
-  return std::make_unique<GdnLayer>(c, init);
-}
-
 }  // namespace
 
 const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
   static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
-      &MixerConfigs::gdn, make_gdn_layer, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes,
+      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes,
       parse_gdn_cp_strategy, known_gdn_cp_strategies};
   return parts;
 }

@@ -45,11 +45,7 @@ std::vector<int64_t> kda_rank_channels(const KdaConfig& c, int64_t W, int64_t r,
 
 }  // namespace
 
-LinearLayerSpec kda_spec(const KdaConfig& c) {
-  return {"kda", c.conv, c.chunk, c.heads,
-          [&c](int64_t W, int64_t q, bool conv_coords) { return kda_rank_channels(c, W, q, conv_coords); },
-          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
+LinearLayerSpec kda_spec(const KdaConfig& c) { return linear_spec("kda", c, c.heads, kda_rank_channels); }
 
 GdnScanInputs kda_scan_inputs(const at::Tensor& taps, const at::Tensor& bf, const at::Tensor& valid,
                               const at::Tensor& conv_w, const at::Tensor& dt_bias, const at::Tensor& A_log, int64_t h,
@@ -73,38 +69,34 @@ GdnScanInputs kda_scan_inputs(const at::Tensor& taps, const at::Tensor& bf, cons
 }
 
 at::Tensor kda_forward(const at::Tensor& proj, const KdaParams& params, const KdaConfig& c, const KdaStepContext& ctx) {
-  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
-  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.proj_width(), "kda: proj ", shape_str(proj.sizes()),
-           ", expected [R, S_local, ", c.proj_width(), "] (rank ", r, ")");
-  const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
-  const int64_t R = proj.size(0), S_local = proj.size(1), dk = c.key_head_dim, dv = c.value_head_dim;
-  if (ctx.strategy == GdnCpStrategy::state_passing) {
-    CP_CHECK(ctx.state_passing && c.conv == ctx.state_passing->conv, "kda state passing: conv ", c.conv,
-             " against the step's plan (rank ", r, ")");
+  const int64_t dk = c.key_head_dim, dv = c.value_head_dim;
+  const auto compute = [](const at::Tensor& p) { return recurrence_dtype(p.scalar_type()); };
+  const auto state_passing = [&](const at::Tensor& p) {
+    const StatePassingPlan& sp = step_state_passing_plan(ctx, c.conv, "kda");
     const int64_t cc = c.conv_channels();
-    const at::Tensor taps = state_passing_taps(proj.narrow(2, 0, cc), ctx, "kda_halo");
-    const GdnScanInputs in = kda_scan_inputs(taps, proj.narrow(2, cc, c.heads + c.key_dim()),
-                                             ctx.state_passing->local.valid, params.conv_w, params.dt_bias,
-                                             params.A_log, c.heads, dk, dv, ct);
-    return delta_rule_state_passing(in, ctx, "kda_states").reshape({R, S_local, c.value_dim()}).to(st);
-  }
-  // Head-parallel (and one rank): the whole stream for this rank's heads.
-  const std::string why = c.cp_unsupported_reason(W);
-  CP_CHECK(why.empty(), "kda: ", why, " (rank ", r, ")");
-  const int64_t h = c.heads / W, cc = h * (2 * dk + dv);
-  const at::Tensor mine = channel_parallel_gather(proj, ctx, "kda_a2a", "kda");  // [R, L, channels]
-  const at::Tensor taps = conv_taps(mine.narrow(2, 0, cc).to(ct), ctx.plan, c.conv);
-  const GdnScanInputs in = kda_scan_inputs(taps, mine.narrow(2, cc, h + h * dk), ctx.plan.valid,
-                                           params.conv_w.index_select(0, ctx.conv_channels),
-                                           params.dt_bias.view({c.heads, dk}).index_select(0, ctx.heads).reshape({-1}),
-                                           params.A_log.index_select(0, ctx.heads), h, dk, dv, ct);
-  const at::Tensor o = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, ctx.plan.group, ctx.chunk)
-                           .o.reshape({mine.size(0), mine.size(1), h * dv})
-                           .to(st);
-  at::Tensor out = channel_parallel_return(o, ctx, "kda_a2a");  // [R, S_local, H*dv]
-  CP_CHECK(out.size(1) == S_local && out.size(2) == c.value_dim(), "kda: output ", shape_str(out.sizes()),
-           " (rank ", r, ")");
-  return out;
+    const at::Tensor taps = state_passing_taps(p.narrow(2, 0, cc), ctx, "kda_halo");
+    const GdnScanInputs in = kda_scan_inputs(taps, p.narrow(2, cc, c.heads + c.key_dim()), sp.local.valid,
+                                             params.conv_w, params.dt_bias, params.A_log, c.heads, dk, dv, compute(p));
+    return delta_rule_state_passing(in, ctx, "kda_states").reshape({p.size(0), p.size(1), c.value_dim()})
+        .to(p.scalar_type());
+  };
+  // Head-parallel (and one rank): the whole stream for this rank's heads (fill_cp_context refused a split
+  // that does not divide them).
+  const auto head_parallel = [&](const at::Tensor& p) {
+    const int64_t h = c.heads / (ctx.comm ? ctx.comm->size() : 1), cc = h * (2 * dk + dv);
+    const at::Tensor mine = channel_parallel_gather(p, ctx, "kda_a2a", "kda");  // [R, L, channels]
+    const at::Tensor taps = conv_taps(mine.narrow(2, 0, cc).to(compute(p)), ctx.plan, c.conv);
+    const GdnScanInputs in =
+        kda_scan_inputs(taps, mine.narrow(2, cc, h + h * dk), ctx.plan.valid,
+                        params.conv_w.index_select(0, ctx.conv_channels),
+                        params.dt_bias.view({c.heads, dk}).index_select(0, ctx.heads).reshape({-1}),
+                        params.A_log.index_select(0, ctx.heads), h, dk, dv, compute(p));
+    const at::Tensor o = gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, ctx.plan.group, ctx.chunk)
+                             .o.reshape({mine.size(0), mine.size(1), h * dv})
+                             .to(p.scalar_type());
+    return channel_parallel_return(o, ctx, "kda_a2a");  // [R, S_local, H*dv]
+  };
+  return linear_forward(proj, ctx, c.proj_width(), c.value_dim(), "kda", state_passing, head_parallel);
 }
 
 }  // namespace cpbench

@@ -118,15 +118,11 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
   [[nodiscard]] std::string suffix_prefix() const override { return "/kda_"; }
 };
 
-std::unique_ptr<MixerLayer> make_kda_layer(const KdaConfig& c, const LayerInit& init) {
-  return std::make_unique<KdaLayer>(c, init);
-}
-
 }  // namespace
 
 const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
   static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
-      &MixerConfigs::kda, make_kda_layer, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes,
+      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes,
       parse_gdn_cp_strategy, known_gdn_cp_strategies};
   return parts;
 }

@@ -21,6 +21,7 @@
 #include "kernels/mixers/linear/linear_costs.hpp"
 #include "kernels/mixers/linear/linear_step.hpp"
 #include "kernels/mixers/mixer.hpp"
+#include "sharders/core/check.hpp"
 
 namespace cpbench {
 
@@ -39,6 +40,40 @@ struct LinearParts {
   std::optional<Strategy> (*parse)(const std::string&);
   std::vector<std::string> (*known)();              // the strategies' scenario names, default first
 };
+
+// The layer factory of LinearParts::layer for a layer type constructed from (config, init).
+template <class Layer, class Config>
+[[nodiscard]] std::unique_ptr<MixerLayer> make_linear_layer(const Config& c, const LayerInit& init) {
+  return std::make_unique<Layer>(c, init);
+}
+
+// LinearParts::spec from the mixer's name, its heads and its channel split `channels(config, W, q,
+// conv_coords)`; the refusal is the config's cp_unsupported_reason. `c` must outlive the spec.
+template <class Config>
+[[nodiscard]] LinearLayerSpec linear_spec(const char* who, const Config& c, int64_t heads,
+                                          std::vector<int64_t> (*channels)(const Config&, int64_t, int64_t, bool)) {
+  return {who, c.conv, c.chunk, heads,
+          [&c, channels](int64_t W, int64_t q, bool conv_coords) { return channels(c, W, q, conv_coords); },
+          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
+}
+
+// A linear mixer's recurrent part: proj [R, S_local, width] (checked, naming `who` and the rank), the case's
+// strategy's path (`state_passing(proj)` or `channel_parallel(proj)`, both [R, S_local, width_out]), the
+// result checked against that shape.
+template <class Context, class StatePassing, class ChannelParallel>
+[[nodiscard]] at::Tensor linear_forward(const at::Tensor& proj, const Context& ctx, int64_t width, int64_t width_out,
+                                        const char* who, const StatePassing& state_passing,
+                                        const ChannelParallel& channel_parallel) {
+  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
+  CP_CHECK(proj.dim() == 3 && proj.size(2) == width, who, ": proj ", shape_str(proj.sizes()), ", expected [R, S_local, ",
+           width, "] (rank ", r, ")");
+  const bool passing = ctx.strategy == decltype(ctx.strategy)::state_passing;
+  at::Tensor out = passing ? state_passing(proj) : channel_parallel(proj);
+  CP_CHECK(out.dim() == 3 && out.size(0) == proj.size(0) && out.size(1) == proj.size(1) && out.size(2) == width_out,
+           who, ": output ", shape_str(out.sizes()), ", expected [", proj.size(0), ", ", proj.size(1), ", ", width_out,
+           "] (rank ", r, ")");
+  return out;
+}
 
 // The parts of the mixer whose config is `Config`.
 template <class Config>

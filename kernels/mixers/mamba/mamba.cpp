@@ -52,11 +52,7 @@ std::vector<int64_t> rank_channels(const SsmConfig& c, int64_t W, int64_t q, boo
 
 }  // namespace
 
-LinearLayerSpec mamba_spec(const SsmConfig& c) {
-  return {"mamba", c.conv, c.chunk, c.heads,
-          [&c](int64_t W, int64_t q, bool conv_coords) { return rank_channels(c, W, q, conv_coords); },
-          [&c](int64_t cp) { return c.cp_unsupported_reason(cp); }};
-}
+LinearLayerSpec mamba_spec(const SsmConfig& c) { return linear_spec("mamba", c, c.heads, rank_channels); }
 
 SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_raw, const at::Tensor& valid,
                                const at::Tensor& conv_w, const at::Tensor& conv_b, const at::Tensor& dt_bias,
@@ -80,11 +76,10 @@ namespace {
 // Hidden-parallel (and one rank): the whole stream for this rank's channels.
 at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
                                    const SsmStepContext& ctx) {
-  const int64_t W = ctx.comm ? ctx.comm->size() : 1, r = ctx.comm ? ctx.comm->rank() : 0;
-  const std::string why = c.cp_unsupported_reason(W);
-  CP_CHECK(why.empty(), "mamba: ", why, " (rank ", r, ")");
+  // fill_cp_context refused a split that does not divide the heads and groups.
+  const int64_t W = ctx.comm ? ctx.comm->size() : 1;
   const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, g_l = c.groups >= W ? c.groups / W : 1;
-  const int64_t N = c.state, S_local = proj.size(1);
+  const int64_t N = c.state;
 
   // Sequence-parallel -> hidden-parallel: block q of the last dim holds rank q's channels.
   const at::Tensor mine = channel_parallel_gather(proj, ctx, "ssm_a2a", "mamba");  // [R, L, channels]
@@ -99,21 +94,17 @@ at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& para
   const at::Tensor y = ssm_scan(in.x, in.dt, in.A, in.B, in.C, in.D, ctx.plan.group, ctx.chunk)
                            .reshape({mine.size(0), mine.size(1), d_l})
                            .to(st);
-  at::Tensor out = channel_parallel_return(y, ctx, "ssm_a2a");  // [R, S_local, d_inner]
-  CP_CHECK(out.size(1) == S_local && out.size(2) == c.d_inner(), "mamba: output ", shape_str(out.sizes()),
-           " (rank ", r, ")");
-  return out;
+  return channel_parallel_return(y, ctx, "ssm_a2a");  // [R, S_local, d_inner]
 }
 
 }  // namespace
 
 at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
                              const SsmStepContext& ctx) {
-  const int64_t r = ctx.comm ? ctx.comm->rank() : 0;
-  CP_CHECK(proj.dim() == 3 && proj.size(2) == c.in_proj_width(), "mamba: proj ", shape_str(proj.sizes()),
-           ", expected [R, S_local, ", c.in_proj_width(), "] (rank ", r, ")");
-  if (ctx.strategy == SsmCpStrategy::state_passing) return mamba_state_passing_forward(proj, params, c, ctx);
-  return hidden_parallel_forward(proj, params, c, ctx);
+  return linear_forward(
+      proj, ctx, c.in_proj_width(), c.d_inner(), "mamba",
+      [&](const at::Tensor& p) { return mamba_state_passing_forward(p, params, c, ctx); },
+      [&](const at::Tensor& p) { return hidden_parallel_forward(p, params, c, ctx); });
 }
 
 }  // namespace cpbench

@@ -122,15 +122,11 @@ class MambaMixer final : public LinearMixerOf<SsmConfig> {
   [[nodiscard]] std::string suffix_prefix() const override { return "/"; }
 };
 
-std::unique_ptr<MixerLayer> make_mamba_layer(const SsmConfig& c, const LayerInit& init) {
-  return std::make_unique<MambaLayer>(c, init);
-}
-
 }  // namespace
 
 const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
   static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
-      &MixerConfigs::ssm, make_mamba_layer, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes,
+      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes,
       parse_ssm_cp_strategy, known_ssm_cp_strategies};
   return parts;
 }
