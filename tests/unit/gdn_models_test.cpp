@@ -14,6 +14,8 @@
 #include "harness/runner/admission.hpp"
 #include "harness/runner/scenario.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/plan_test_util.hpp"
+#include "tests/unit/scenario_test_util.hpp"
 #include "tests/unit/linear_costs_test_util.hpp"
 
 using namespace cpbench;
@@ -30,14 +32,7 @@ std::string error_of(const json& j) {
   return "";
 }
 
-std::string refusal(const std::string& yaml) {
-  try {
-    (void)parse_scenario(yaml, "x.yaml");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "accepted";
-}
+using scenario_test::refusal;
 
 // 2 rows of 64 tokens over 4 ranks, 2 key heads x 8, 4 value heads x 16, conv 4, float64, 2 chunks a rank.
 GdnCpShape hand_shape() {
@@ -148,14 +143,11 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   // (8 q + 8 k): 34 channels in, 16 back, 16 tokens per rank, 3 peers, 2 rows, 8 bytes.
   EXPECT_EQ(s.head_parallel_channels(), 34);
   const GdnCpBytes hp = gdn_head_parallel_bytes(s);
-  EXPECT_EQ(hp.forward, 3 * 2 * 16 * (34 + 16) * 8);
-  EXPECT_EQ(hp.backward, hp.forward);
-  EXPECT_EQ(hp.calls_forward, 2);
+  linear_test::expect_each_way(hp, 3 * 2 * 16 * (34 + 16) * 8, 2);
   // state_passing: per chunk and row 4 value heads x 8 x (8 + 16) pair numbers, 3 x 96 halo inputs.
   EXPECT_EQ(s.conv_channels(), 96);
   const GdnCpBytes sp = gdn_state_passing_bytes(s);
-  EXPECT_EQ(sp.forward, 3 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8));
-  EXPECT_EQ(sp.total(), 2 * sp.forward);
+  linear_test::expect_each_way(sp, 3 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8), 2);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::head_parallel, s), 2 * 64 * 50 * 8);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::state_passing, s),
             4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8 + 2 * 16 * 4 * 8 * 8);
@@ -175,11 +167,7 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
 }
 
 TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
-  plan::PlanRequest r;
-  r.model = plan::model_preset("qwen3-next-80b-a3b");
-  r.seq_len = 65536;
-  r.cps = {4, 8};
-  r.cluster = plan::cluster_preset("h100-nvlink");
+  plan::PlanRequest r = plan_test::request("qwen3-next-80b-a3b", 65536, {4, 8});
   r.sharders = {"contiguous", "load_balanced", "striped"};
   r.transports = {"allgather"};
   const plan::Plan p = plan::make_plan(r);

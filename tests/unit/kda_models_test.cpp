@@ -13,6 +13,7 @@
 #include "harness/runner/scenario.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/plan_test_util.hpp"
 
 using namespace cpbench;
 
@@ -59,11 +60,7 @@ TEST(KdaModels, ScenarioKeysAxisAndRefusals) {
 }
 
 TEST(KdaModels, PlannerPricesBothStrategiesForKimiLinear) {
-  plan::PlanRequest r;
-  r.model = plan::model_preset("kimi-linear-48b-a3b");
-  r.seq_len = 65536;
-  r.cps = {4, 8};
-  r.cluster = plan::cluster_preset("h100-nvlink");
+  plan::PlanRequest r = plan_test::request("kimi-linear-48b-a3b", 65536, {4, 8});
   r.sharders = {"contiguous", "load_balanced"};
   r.transports = {"allgather"};
   const plan::Plan p = plan::make_plan(r);

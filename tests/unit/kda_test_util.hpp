@@ -9,9 +9,6 @@
 
 namespace cpbench::kda_test {
 
-using linear_test::Laid;
-using linear_test::LayerRun;
-
 inline KdaParams draw_params(const KdaConfig& c, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto o = at::TensorOptions().dtype(at::kDouble);

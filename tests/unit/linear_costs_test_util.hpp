@@ -13,6 +13,14 @@
 
 namespace cpbench::linear_test {
 
+// A strategy's bytes: `bytes` sent each way (the backward mirrors the forward) in `calls` collectives each way.
+inline void expect_each_way(const LinearCpBytes& b, int64_t bytes, int64_t calls) {
+  EXPECT_EQ(b.forward, bytes);
+  EXPECT_EQ(b.backward, b.forward);
+  EXPECT_EQ(b.calls_forward, calls);
+  EXPECT_EQ(b.calls_backward, calls);
+}
+
 // On `s` (cp 4, seq_len 64, heads that do not split over 3 ranks): K = 1 leaves state passing one
 // collective a direction, one rank sends nothing under either strategy, and at cp 3 the channel-parallel
 // strategy refuses the heads while state passing runs.

@@ -13,19 +13,13 @@
 #include "kernels/controls/control.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "sharders/core/check.hpp"
+#include "tests/unit/scenario_test_util.hpp"
 
 using namespace cpbench;
 
 namespace {
 
-std::string refusal(const std::string& yaml) {
-  try {
-    (void)parse_scenario(yaml, "x.yaml");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "accepted";
-}
+using scenario_test::refusal;
 
 std::set<std::string> parameter_names(const ModelConfig& c) {
   TinyTransformer m(c, at::kDouble, at::kCPU);

@@ -48,15 +48,11 @@ TEST(SsmCpCosts, BytesAndMemoryMatchHandWorkedNumbers) {
   // rank (2 x 8): 33 channels in, 16 back, 16 tokens per rank, 3 peers, 2 rows, 8 bytes.
   EXPECT_EQ(s.hidden_parallel_channels(), 33);
   const SsmCpBytes hp = hidden_parallel_bytes(s);
-  EXPECT_EQ(hp.forward, 3 * 2 * 16 * (33 + 16) * 8);
-  EXPECT_EQ(hp.backward, hp.forward);
-  EXPECT_EQ(hp.calls_forward, 2);
+  linear_test::expect_each_way(hp, 3 * 2 * 16 * (33 + 16) * 8, 2);
   // state_passing: per chunk and row 4 heads x (16 x 8 + 1) summary numbers and 3 x 96 halo inputs.
   const SsmCpBytes sp = state_passing_bytes(s);
   EXPECT_EQ(s.conv_channels(), 96);
-  EXPECT_EQ(sp.forward, 3 * (2 * 2 * 4 * 129 * 8 + 2 * 2 * 3 * 96 * 8));
-  EXPECT_EQ(sp.total(), 2 * sp.forward);
-  EXPECT_EQ(sp.calls_forward, 2);
+  linear_test::expect_each_way(sp, 3 * (2 * 2 * 4 * 129 * 8 + 2 * 2 * 3 * 96 * 8), 2);
   EXPECT_EQ(ssm_cp_extra_memory_bytes(SsmCpStrategy::hidden_parallel, s), 2 * 64 * 49 * 8);
   EXPECT_EQ(ssm_cp_extra_memory_bytes(SsmCpStrategy::state_passing, s),
             4 * (2 * 2 * 4 * 129 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 16 * 8 * 8);
