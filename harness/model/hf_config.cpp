@@ -8,13 +8,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "kernels/mixers/mixer.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
 
 int64_t HfModel::attention_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A')); }
-int64_t HfModel::ssm_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'M')); }
-int64_t HfModel::gdn_layers() const { return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'G')); }
+int64_t HfModel::layers_of(char letter) const {
+  return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), letter));
+}
 int64_t HfModel::sliding_layers() const { return static_cast<int64_t>(std::count(sliding.begin(), sliding.end(), true)); }
 
 const std::vector<std::string>& known_model_types() {
@@ -32,25 +34,33 @@ std::string join_names(const std::vector<std::string>& v) {
   return s;
 }
 
-// Field access with one-line errors "FILE: FIELD: what".
-struct Fields {
+// Field access with one-line errors "FILE: FIELD: what"; the mixers read their sizes through it
+// (Mixer::read_hf).
+struct Fields final : ConfigSource {
+  Fields(const nlohmann::json& json, std::string file_name, std::string type_name)
+      : j(json), file(std::move(file_name)), type(std::move(type_name)) {}
   const nlohmann::json& j;
-  std::string file, model_type;
+  std::string file, type;
 
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+  [[nodiscard]] const std::string& model_type() const override { return type; }
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const override {
     throw UsageError(file + ": " + field + ": " + what);
   }
-  [[nodiscard]] bool has(const std::string& field) const { return j.contains(field) && !j[field].is_null(); }
+  [[nodiscard]] bool has(const std::string& field) const override { return j.contains(field) && !j[field].is_null(); }
+  [[nodiscard]] std::unique_ptr<ConfigSource> section(const std::string& field, const std::string& why) const override {
+    if (!has(field) || !j[field].is_object()) fail(field, "missing (" + why + ")");
+    return std::make_unique<Fields>(j[field], file + ": " + field, type);
+  }
   [[nodiscard]] std::string shown(const std::string& field) const {
     const std::string s = j[field].dump();
     return s.size() > 40 ? s.substr(0, 37) + "..." : s;
   }
   // A required integer >= min_value.
-  [[nodiscard]] int64_t integer(const std::string& field, int64_t min_value = 1) const {
-    if (!has(field)) fail(field, "missing (model_type " + model_type + " needs it)");
+  [[nodiscard]] int64_t integer(const std::string& field, int64_t min_value = 1) const override {
+    if (!has(field)) fail(field, "missing (model_type " + type + " needs it)");
     return integer_of(field, min_value);
   }
-  [[nodiscard]] int64_t integer_or(const std::string& field, int64_t fallback, int64_t min_value = 1) const {
+  [[nodiscard]] int64_t integer_or(const std::string& field, int64_t fallback, int64_t min_value = 1) const override {
     return has(field) ? integer_of(field, min_value) : fallback;
   }
   [[nodiscard]] int64_t integer_of(const std::string& field, int64_t min_value) const {
@@ -71,11 +81,24 @@ struct Fields {
     return j[field].get<bool>();
   }
   [[nodiscard]] std::string text(const std::string& field) const {
-    if (!has(field)) fail(field, "missing (model_type " + model_type + " needs it)");
+    if (!has(field)) fail(field, "missing (model_type " + type + " needs it)");
     if (!j[field].is_string()) fail(field, "expected a string, got " + shown(field));
     return j[field].get<std::string>();
   }
 };
+
+// The letter of the mixer whose layers the file's per-layer list calls `name`; refuses `field` listing the
+// names this model_type's mixers answer to.
+char layer_letter(const Fields& f, const std::string& name, const std::string& field) {
+  if (const Mixer* m = find_hf_mixer(f.type, name)) return m->letter();
+  f.fail(field, "'" + name + "' is not a layer type cpbench models (" + known_hf_layer_names(f.type) + ")");
+}
+
+// Each mixer of the model (but attention, read with the model's own fields) reads its sizes.
+void read_mixer_sizes(const Fields& f, HfModel& m) {
+  for (const Mixer* mx : mixers_in(m.mixers))
+    if (mx->letter() != kDefaultMixer) mx->read_hf(f, m);
+}
 
 // Attention heads and head_dim, as transformers reads them.
 void read_attention(const Fields& f, HfModel& m) {
@@ -135,18 +158,13 @@ void read_gated_deltanet_hybrid(const Fields& f, HfModel& m) {
     if (!t.is_array() || static_cast<int64_t>(t.size()) != m.blocks)
       f.fail("layer_types", "expected a list of " + std::to_string(m.blocks) + " entries (num_hidden_layers), got " +
                                 f.shown("layer_types"));
-    for (size_t i = 0; i < t.size(); ++i) {
-      const auto& e = t[i];
-      if (e == "linear_attention") m.mixers += 'G';
-      else if (e == "full_attention") m.mixers += 'A';
-      else
-        f.fail("layer_types[" + std::to_string(i) + "]",
-               "'" + (e.is_string() ? e.get<std::string>() : e.dump()) +
-                   "' is not a layer type cpbench models (linear_attention: Gated DeltaNet, full_attention)");
-    }
+    for (size_t i = 0; i < t.size(); ++i)
+      m.mixers += layer_letter(f, t[i].is_string() ? t[i].get<std::string>() : t[i].dump(),
+                               "layer_types[" + std::to_string(i) + "]");
   } else {
     const int64_t interval = f.integer_or("full_attention_interval", 4);
-    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += (i + 1) % interval == 0 ? 'A' : 'G';
+    const char full = layer_letter(f, "full_attention", "layer_types"), linear = layer_letter(f, "linear_attention", "layer_types");
+    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += (i + 1) % interval == 0 ? full : linear;
   }
   if (m.attention_layers() > 0) read_attention(f, m);
   m.partial_rotary_factor = 0.25;  // transformers' default for these model types
@@ -179,41 +197,36 @@ void read_gated_deltanet_hybrid(const Fields& f, HfModel& m) {
   } else {
     m.ffn = f.integer("intermediate_size");
   }
-  if (m.gdn_layers() > 0) {
-    m.gdn.key_heads = f.integer("linear_num_key_heads");
-    m.gdn.value_heads = f.integer("linear_num_value_heads");
-    m.gdn.key_head_dim = f.integer("linear_key_head_dim");
-    m.gdn.value_head_dim = f.integer("linear_value_head_dim");
-    m.gdn.conv = f.integer("linear_conv_kernel_dim");
-    if (m.gdn.value_heads % m.gdn.key_heads != 0)
-      f.fail("linear_num_value_heads", std::to_string(m.gdn.value_heads) + " is not a multiple of linear_num_key_heads " +
-                                           std::to_string(m.gdn.key_heads) + " (value heads share key heads in groups)");
-  }
+  read_mixer_sizes(f, m);
 }
 
 // Kimi Linear: KDA layers and MLA layers (read as plain attention: heads x (qk_nope + qk_rope) dims),
 // linear_attn_config's 1-based kda_layers / full_attn_layers; MoE after first_k_dense_replace.
 void read_kimi_linear(const Fields& f, HfModel& m) {
   if (!f.has("linear_attn_config") || !f.j["linear_attn_config"].is_object())
-    f.fail("linear_attn_config", "missing (model_type kimi_linear keeps its KDA sizes there)");
-  const Fields lin{f.j["linear_attn_config"], f.file + ": linear_attn_config", f.model_type};
-  const auto listed = [&](const char* key, int64_t layer) {
-    if (!lin.has(key) || !lin.j[key].is_array()) lin.fail(key, "expected a list of 1-based layer numbers");
-    return std::find(lin.j[key].begin(), lin.j[key].end(), layer) != lin.j[key].end();
-  };
+    f.fail("linear_attn_config", "missing (model_type kimi_linear lists its layers there)");
+  const Fields lin{f.j["linear_attn_config"], f.file + ": linear_attn_config", f.type};
+  // Each mixer's list of 1-based layer numbers (full_attn_layers, kda_layers): a layer is in one.
+  std::vector<std::pair<std::string, char>> lists;
+  for (const auto& mx : mixers())
+    if (const std::string key = mx->hf_layer_name(f.type); !key.empty()) {
+      if (!lin.has(key) || !lin.j[key].is_array()) lin.fail(key, "expected a list of 1-based layer numbers");
+      lists.emplace_back(key, mx->letter());
+    }
   for (int64_t i = 0; i < m.blocks; ++i) {
-    if (listed("full_attn_layers", i + 1)) m.mixers += 'A';
-    else if (listed("kda_layers", i + 1)) m.mixers += 'K';
-    else lin.fail("kda_layers", "layer " + std::to_string(i + 1) + " is in neither kda_layers nor full_attn_layers");
+    const auto in = std::find_if(lists.begin(), lists.end(), [&](const auto& l) {
+      return std::find(lin.j[l.first].begin(), lin.j[l.first].end(), i + 1) != lin.j[l.first].end();
+    });
+    if (in == lists.end())
+      lin.fail(lists.back().first, "layer " + std::to_string(i + 1) + " is in none of " + known_hf_layer_names(f.type));
+    m.mixers += in->second;
   }
   m.heads = f.integer("num_attention_heads");
   m.kv_heads = f.integer_or("num_key_value_heads", m.heads);
   m.head_dim = f.integer("qk_nope_head_dim") + f.integer("qk_rope_head_dim", 0);
   m.rope_theta = f.number_or("rope_theta", 10000);
   m.sliding.assign(m.mixers.size(), false), m.mlp_layers = m.blocks;
-  m.kda.heads = lin.integer("num_heads");
-  m.kda.key_head_dim = m.kda.value_head_dim = m.kda.gate_rank = lin.integer("head_dim");
-  m.kda.conv = lin.integer("short_conv_kernel_size");
+  read_mixer_sizes(f, m);
   m.experts = f.integer_or("num_experts", 0, 0);
   m.moe_layers = m.experts > 0 ? m.blocks - f.integer_or("first_k_dense_replace", 0, 0) : 0;
   m.experts_per_token = m.experts > 0 ? f.integer("num_experts_per_token") : 0;
@@ -231,7 +244,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
                              join_names(known_model_types()) + ")");
   if (!j["model_type"].is_string()) f.fail("model_type", "expected a string, got " + f.shown("model_type"));
   m.model_type = j["model_type"].get<std::string>();
-  f.model_type = m.model_type;
+  f.type = m.model_type;
   const auto& known = known_model_types();
   if (std::find(known.begin(), known.end(), m.model_type) == known.end())
     f.fail("model_type", "'" + m.model_type + "' is not a model_type cpbench reads (known: " + join_names(known) + ")");
@@ -265,14 +278,15 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
                                             std::to_string(m.blocks) + " (one entry per block)");
     for (size_t i = 0; i < pattern.size(); ++i) {
       const char c = pattern[i];
-      if (c == 'M') m.mixers += 'M';
-      else if (c == '*') m.mixers += 'A';
-      else if (c == '-' || c == 'E') {
+      if (c == '-' || c == 'E') {
         ++m.mlp_layers;
         if (c == 'E') ++m.moe_layers;
       } else {
-        f.fail("hybrid_override_pattern", std::string("entry ") + std::to_string(i) + " is '" + c +
-                                              "'; expected M (Mamba-2), * (attention), - (MLP) or E (MoE MLP)");
+        const Mixer* mx = find_hf_mixer(f.type, std::string(1, c));
+        if (mx == nullptr)
+          f.fail("hybrid_override_pattern", "entry " + std::to_string(i) + " is '" + c + "'; expected " +
+                                                known_hf_layer_names(f.type) + ", - (MLP) or E (MoE MLP)");
+        m.mixers += mx->letter();
       }
     }
     if (m.attention_layers() > 0) read_attention(f, m);
@@ -283,20 +297,14 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
       if (f.has("moe_intermediate_size")) m.ffn = f.integer("moe_intermediate_size");
     }
     m.sliding.assign(m.mixers.size(), false);
-    if (m.ssm_layers() > 0) {
-      m.ssm_kind = "mamba2";
-      m.ssm.heads = f.integer("mamba_num_heads");
-      m.ssm.head_dim = f.integer("mamba_head_dim");
-      m.ssm.state = f.integer("ssm_state_size");
-      m.ssm.groups = f.integer("n_groups");
-      m.ssm.conv = f.integer("conv_kernel");
-      if (const int64_t chunk = f.integer_or("chunk_size", 0); chunk > 0) m.ssm.chunk = chunk;
-    }
+    read_mixer_sizes(f, m);
   } else if (t == "jamba") {
     const int64_t period = f.integer("attn_layer_period"), offset = f.integer("attn_layer_offset", 0);
     if (offset >= period)
       f.fail("attn_layer_offset", std::to_string(offset) + " is not below attn_layer_period " + std::to_string(period));
-    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += i % period == offset ? 'A' : 'M';
+    const char attention = layer_letter(f, "attn_layer_period", "attn_layer_period");
+    const char other = layer_letter(f, "other layers", "model_type");
+    for (int64_t i = 0; i < m.blocks; ++i) m.mixers += i % period == offset ? attention : other;
     if (m.attention_layers() > 0) read_attention(f, m);
     m.ffn = f.integer("intermediate_size");
     m.mlp_layers = m.blocks;
@@ -309,35 +317,19 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
       m.experts = 0;
     }
     m.sliding.assign(m.mixers.size(), false);
-    if (m.ssm_layers() > 0) {
-      // Mamba-1: every inner channel is its own head of dimension 1; B and C are shared by all channels.
-      m.ssm_kind = "mamba1";
-      m.ssm.heads = f.integer("mamba_expand") * m.hidden;
-      m.ssm.head_dim = 1;
-      m.ssm.state = f.integer("mamba_d_state");
-      m.ssm.groups = 1;
-      m.ssm.conv = f.integer("mamba_d_conv");
-    }
+    read_mixer_sizes(f, m);
   } else if (t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text") {
     read_gated_deltanet_hybrid(f, m);
     return m;
   } else if (t == "kimi_linear") {
     read_kimi_linear(f, m);
     return m;
-  } else if (t == "mamba2") {
-    m.mixers.assign(static_cast<size_t>(m.blocks), 'M');
+  } else {
+    // A model of one linear mixer's layers only.
+    m.mixers.assign(static_cast<size_t>(m.blocks), layer_letter(f, "every layer", "model_type"));
     m.sliding.assign(m.mixers.size(), false);
-    m.ssm_kind = "mamba2";
-    m.ssm.heads = f.integer("num_heads");
-    m.ssm.head_dim = f.integer("head_dim");
-    m.ssm.state = f.integer("state_size");
-    m.ssm.groups = f.integer("n_groups");
-    m.ssm.conv = f.integer("conv_kernel");
-    if (const int64_t chunk = f.integer_or("chunk_size", 0); chunk > 0) m.ssm.chunk = chunk;
+    read_mixer_sizes(f, m);
   }
-  if (m.ssm_layers() > 0 && m.ssm.heads % m.ssm.groups != 0)
-    f.fail("n_groups", std::to_string(m.ssm.groups) + " does not divide the " + std::to_string(m.ssm.heads) +
-                           " SSM heads");
   return m;
 }
 

@@ -55,7 +55,7 @@ struct HfModel : MixerConfigs {
   std::string model_type;  // llama | mistral | qwen2 | qwen3 | nemotron_h | jamba | mamba2
   int64_t hidden = 0, vocab = 0;
   int64_t blocks = 0;      // num_hidden_layers as the file counts them (Nemotron-H: every M, *, -, E entry)
-  std::string mixers;      // one letter per mixer layer in order: 'A' attention, 'M' SSM, 'G' Gated DeltaNet
+  std::string mixers;      // one letter per mixer layer in order (the registry's letters, kernels/mixers/mixer.hpp)
   int64_t mlp_layers = 0;  // MLP blocks (one per layer, Nemotron-H: its - and E entries, Mamba-2: none)
   int64_t moe_layers = 0;  // of which mixture-of-experts
   int64_t ffn = 0;         // intermediate_size of one (expert) MLP; 0 when the model has none
@@ -65,14 +65,11 @@ struct HfModel : MixerConfigs {
   double rope_theta = 10000;
   int64_t sliding_window = 0;  // tokens; 0 = none
   std::vector<bool> sliding;   // per mixer layer: an attention layer that uses sliding_window
-  // The other mixers' sizes are the MixerConfigs members: ssm ('M'; its chunk the file's chunk_size when
-  // given) and gdn ('G'; chunk stays the layer's default: config.json does not give one).
-  std::string ssm_kind;  // "mamba2" | "mamba1" (Jamba) | "" (no SSM layer)
+  // The other mixers' sizes are the MixerConfigs members, each read by its mixer (Mixer::read_hf).
   double partial_rotary_factor = 1.0;  // the fraction of head_dim RoPE rotates (Qwen3-Next: 0.25)
 
   [[nodiscard]] int64_t attention_layers() const;
-  [[nodiscard]] int64_t ssm_layers() const;
-  [[nodiscard]] int64_t gdn_layers() const;
+  [[nodiscard]] int64_t layers_of(char letter) const;  // layers of the mixer with this letter
   [[nodiscard]] int64_t sliding_layers() const;
 };
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/mixers/config_field.hpp"
+#include "kernels/mixers/config_source.hpp"
 #include "kernels/mixers/linear/linear_costs.hpp"
 #include "kernels/mixers/mixer_configs.hpp"
 #include "kernels/mixers/mixer_step.hpp"
@@ -162,6 +163,14 @@ class Mixer {
       if (const auto it = given.find(f.name); it != given.end()) *f.value = it->second;
   }
 
+  // ---- published models (harness/model/hf_config.cpp asks every mixer) ----
+  // What the per-layer list of a model_type's config.json calls this mixer's layers (qwen3_next's
+  // layer_types "linear_attention", nemotron_h's pattern "M", kimi_linear's "kda_layers"); "" when that
+  // family has none of them.
+  [[nodiscard]] virtual std::string hf_layer_name(const std::string& /*model_type*/) const { return ""; }
+  // Its sizes from that file (called when the model has its layers; throws naming the field).
+  virtual void read_hf(const ConfigSource& /*file*/, MixerConfigs& /*configs*/) const {}
+
   // ---- CP strategies ----
   // The axis that picks one (MixerInfo::strategy_axis), its names (the first is the default) and what a
   // case's name adds for one.
@@ -234,6 +243,10 @@ class Mixer {
 [[nodiscard]] const Mixer& mixer_for(char letter, const std::string& key = "model.mixers");
 // nullptr when no mixer has that name.
 [[nodiscard]] const Mixer* find_mixer(const std::string& name);
+// The mixer whose layers a model_type's config.json names `hf_name` (Mixer::hf_layer_name); nullptr for none.
+[[nodiscard]] const Mixer* find_hf_mixer(const std::string& model_type, const std::string& hf_name);
+// Every name that model_type's per-layer list gives a mixer, with the mixer: "M (Mamba), * (attention)".
+[[nodiscard]] std::string known_hf_layer_names(const std::string& model_type);
 // "A (attention), M (Mamba), G (Gated DeltaNet)": each letter with its description, for messages.
 [[nodiscard]] std::string known_mixer_letters();
 // The letter every layer has when a model names none.

@@ -40,6 +40,20 @@ const Mixer* find_mixer(const std::string& name) {
   return nullptr;
 }
 
+const Mixer* find_hf_mixer(const std::string& model_type, const std::string& hf_name) {
+  for (const auto& m : mixers())
+    if (!hf_name.empty() && m->hf_layer_name(model_type) == hf_name) return m.get();
+  return nullptr;
+}
+
+std::string known_hf_layer_names(const std::string& model_type) {
+  std::string out;
+  for (const auto& m : mixers())
+    if (const std::string n = m->hf_layer_name(model_type); !n.empty())
+      out += (out.empty() ? "" : ", ") + n + " (" + m->description() + ")";
+  return out;
+}
+
 int64_t count_layers(const std::string& mixers, int64_t layers, char letter) {
   if (mixers.empty()) return letter == kDefaultMixer ? layers : 0;
   return static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), letter));

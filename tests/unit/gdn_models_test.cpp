@@ -48,7 +48,7 @@ TEST(GdnModels, Qwen3NextFromItsShippedConfig) {
   ASSERT_EQ(m.mixers.size(), 48u);
   EXPECT_EQ(m.mixers.substr(0, 8), "GGGAGGGA") << "full_attention_interval 4: every fourth layer attention";
   EXPECT_EQ(m.attention_layers(), 12);
-  EXPECT_EQ(m.gdn_layers(), 36);
+  EXPECT_EQ(m.layers_of('G'), 36);
   EXPECT_EQ(m.gdn.key_heads, 16);
   EXPECT_EQ(m.gdn.value_heads, 32);
   EXPECT_EQ(m.gdn.key_head_dim, 128);

@@ -97,7 +97,7 @@ TEST(HfConfig, LlamaQwenMistralAttentionFields) {
             std::vector<int64_t>({32, 4096, 32, 8, 128, 14336, 128256}));
   EXPECT_EQ(l.rope_theta, 500000.0);
   EXPECT_EQ(l.mixers, std::string(32, 'A'));
-  EXPECT_EQ(l.ssm_layers(), 0);
+  EXPECT_EQ(l.layers_of('M'), 0);
   EXPECT_EQ(l.sliding_window, 0);
   EXPECT_EQ(l.mlp_layers, 32);
 
@@ -150,14 +150,14 @@ TEST(HfConfig, NemotronHPatternAndMamba2Fields) {
   // M-M-M-M*-M-M-M-M-M*-...: 24 Mamba, 4 attention, 24 MLP blocks; mixers in order.
   EXPECT_EQ(n.mixers, "MMMMAMMMMMAMMMMMAMMMMMAMMMMM");
   EXPECT_EQ(n.attention_layers(), 4);
-  EXPECT_EQ(n.ssm_layers(), 24);
+  EXPECT_EQ(n.layers_of('M'), 24);
   EXPECT_EQ(n.mlp_layers, 24);
   EXPECT_EQ(std::vector<int64_t>({n.hidden, n.heads, n.kv_heads, n.head_dim, n.ffn, n.vocab}),
             std::vector<int64_t>({4096, 32, 8, 128, 21504, 131072}));  // head_dim from attention_head_dim
   EXPECT_EQ(std::vector<int64_t>({n.ssm.heads, n.ssm.head_dim, n.ssm.state, n.ssm.groups, n.ssm.conv, n.ssm.chunk}),
             std::vector<int64_t>({128, 64, 128, 8, 4, 128}));
   EXPECT_EQ(n.ssm.d_inner(), 2 * n.hidden);  // expand 2
-  EXPECT_EQ(n.ssm_kind, "mamba2");
+  EXPECT_EQ(n.ssm.kind, "mamba2");
 
   const HfModel m = shipped_model("mamba2-2.7b");
   EXPECT_EQ(m.mixers, std::string(64, 'M'));
@@ -193,7 +193,7 @@ TEST(HfConfig, JambaPeriodicAttentionAndMambaOneChannels) {
   // Mamba-1: d_inner = expand x hidden channels, each its own head of dimension 1, one B/C group.
   EXPECT_EQ(std::vector<int64_t>({j.ssm.heads, j.ssm.head_dim, j.ssm.state, j.ssm.groups, j.ssm.conv}),
             std::vector<int64_t>({8192, 1, 16, 1, 4}));
-  EXPECT_EQ(j.ssm_kind, "mamba1");
+  EXPECT_EQ(j.ssm.kind, "mamba1");
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -57,6 +57,16 @@ class AttentionLayer final : public MixerLayer {
 class AttentionMixer final : public Mixer {
  public:
   AttentionMixer() : Mixer({'A', "attention", "attention", "attention", "attention", "", ""}) {}
+  // In the hybrids' per-layer lists: qwen3_next's layer_types, nemotron_h's pattern, jamba's period, Kimi
+  // Linear's full_attn_layers (its MLA read as plain attention).
+  [[nodiscard]] std::string hf_layer_name(const std::string& model_type) const override {
+    if (model_type == "nemotron_h") return "*";
+    if (model_type == "jamba") return "attn_layer_period";
+    if (model_type == "kimi_linear") return "full_attn_layers";
+    for (const char* t : {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
+      if (model_type == t) return "full_attention";
+    return "";
+  }
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.attention.fields(); }
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& configs,
                                                        const LayerInit& init) const override {

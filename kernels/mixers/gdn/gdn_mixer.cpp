@@ -55,6 +55,23 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("gdn_state_dropped", "Gated DeltaNet layers")};
   }
+  // Qwen3-Next and Qwen3.5's text model: layer_types "linear_attention".
+  [[nodiscard]] std::string hf_layer_name(const std::string& model_type) const override {
+    for (const char* t : {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
+      if (model_type == t) return "linear_attention";
+    return "";
+  }
+  void read_hf(const ConfigSource& f, MixerConfigs& configs) const override {
+    GdnConfig& c = configs.gdn;  // chunk stays the layer's default: config.json does not give one
+    c.key_heads = f.integer("linear_num_key_heads");
+    c.value_heads = f.integer("linear_num_value_heads");
+    c.key_head_dim = f.integer("linear_key_head_dim");
+    c.value_head_dim = f.integer("linear_value_head_dim");
+    c.conv = f.integer("linear_conv_kernel_dim");
+    if (c.value_heads % c.key_heads != 0)
+      f.fail("linear_num_value_heads", std::to_string(c.value_heads) + " is not a multiple of linear_num_key_heads " +
+                                           std::to_string(c.key_heads) + " (value heads share key heads in groups)");
+  }
   [[nodiscard]] std::string plan_layers_name() const override { return description(); }
   [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
     const GdnConfig& c = configs.gdn;

@@ -62,6 +62,17 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("kda_state_dropped", "Kimi Delta Attention layers")};
   }
+  // Kimi Linear: linear_attn_config's kda_layers (1-based layer numbers) and its sizes there.
+  [[nodiscard]] std::string hf_layer_name(const std::string& model_type) const override {
+    return model_type == "kimi_linear" ? "kda_layers" : "";
+  }
+  void read_hf(const ConfigSource& f, MixerConfigs& configs) const override {
+    const auto lin = f.section("linear_attn_config", "model_type kimi_linear keeps its KDA sizes there");
+    KdaConfig& c = configs.kda;
+    c.heads = lin->integer("num_heads");
+    c.key_head_dim = c.value_head_dim = c.gate_rank = lin->integer("head_dim");
+    c.conv = lin->integer("short_conv_kernel_size");
+  }
   [[nodiscard]] std::string plan_layers_name() const override { return description(); }
   [[nodiscard]] std::string sizes_text(const MixerConfigs& configs) const override {
     const KdaConfig& c = configs.kda;

@@ -18,6 +18,9 @@ struct SsmConfig {
   int64_t groups = 2;    // G, B/C groups; divides H
   int64_t conv = 4;      // K, depthwise causal conv1d width
   int64_t chunk = kSsmChunk;  // Q of the chunked scan (a real model's config.json chunk_size)
+  // As read from a published model: "mamba2", or "mamba1" (Jamba: one channel per head, one B/C group; its
+  // per-channel A changes no size); "" for the test model.
+  std::string kind;
   [[nodiscard]] int64_t d_inner() const { return heads * head_dim; }
   [[nodiscard]] int64_t conv_channels() const { return d_inner() + 2 * groups * state; }  // [x | B | C]
   [[nodiscard]] int64_t in_proj_width() const { return 2 * d_inner() + 2 * groups * state + heads; }

@@ -58,6 +58,34 @@ class MambaMixer final : public LinearMixerOf<SsmConfig> {
     if (scaled && given.count("heads") && !given.count("groups"))
       c.ssm.groups = std::max<int64_t>(1, c.ssm.heads / per_group);
   }
+  // nemotron_h's hybrid_override_pattern "M"; jamba's layers that attn_layer_period does not place; all of
+  // model_type mamba2's.
+  [[nodiscard]] std::string hf_layer_name(const std::string& model_type) const override {
+    if (model_type == "nemotron_h") return "M";
+    if (model_type == "jamba") return "other layers";
+    return model_type == "mamba2" ? "every layer" : "";
+  }
+  void read_hf(const ConfigSource& f, MixerConfigs& configs) const override {
+    SsmConfig& c = configs.ssm;
+    if (f.model_type() == "jamba") {
+      // Mamba-1: every inner channel is its own head of dimension 1; B and C are shared by all channels.
+      c.heads = f.integer("mamba_expand") * f.integer("hidden_size");
+      c.head_dim = 1, c.groups = 1, c.kind = "mamba1";
+      c.state = f.integer("mamba_d_state");
+      c.conv = f.integer("mamba_d_conv");
+      return;
+    }
+    const bool nemotron = f.model_type() == "nemotron_h";
+    c.kind = "mamba2";
+    c.heads = f.integer(nemotron ? "mamba_num_heads" : "num_heads");
+    c.head_dim = f.integer(nemotron ? "mamba_head_dim" : "head_dim");
+    c.state = f.integer(nemotron ? "ssm_state_size" : "state_size");
+    c.groups = f.integer("n_groups");
+    c.conv = f.integer("conv_kernel");
+    if (const int64_t chunk = f.integer_or("chunk_size", 0); chunk > 0) c.chunk = chunk;
+    if (c.heads % c.groups != 0)
+      f.fail("n_groups", std::to_string(c.groups) + " does not divide the " + std::to_string(c.heads) + " SSM heads");
+  }
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {{"ssm_rank_order", "load_balanced, SSM layers scan in rank order (chunk order not undone)",
              "scans_rank_order", "hidden_parallel", false},
