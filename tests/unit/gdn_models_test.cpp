@@ -157,7 +157,8 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   EXPECT_EQ(sp.total(), 2 * sp.forward);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::head_parallel, s), 2 * 64 * 50 * 8);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::state_passing, s),
-            4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8 + 2 * 16 * 4 * 8 * 8);
+            4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8)
+      << "the pairs and halos of every rank and one incoming state per own chunk (no readout columns)";
 
   // S = 2048 and 8192 (the check): state passing's bytes equal, head parallel's x 4.
   GdnCpShape a = s, b = s;

@@ -70,9 +70,18 @@ using GdnCpBytes = LinearCpBytes;
 // Extra bytes one rank holds per layer for the backward because of CP:
 //   head_parallel  the full sequence for this rank's channels and its output before the return:
 //                  R * S * (head_parallel_channels() + Hv/W * dv) * elem_bytes
-//   state_passing  every rank's pairs and halos (W x the blocks above), the incoming state of each own
-//                  chunk, and the transition readout the correction needs (each own token's dk extra value
-//                  columns per value head: R * S/W * Hv * dk * state_elem_bytes).
+//   state_passing  every rank's pairs and halos (W x the blocks above) and the incoming state of each own
+//                  chunk (the chunks' factors are the single-rank form's, which the layer's memory term counts).
 [[nodiscard]] int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
+
+// THE delta rule's forward FLOPs on one rank per layer and row (the GDN and KDA registry entries'
+// layer_cost returns it; the planner, admission and the case metrics read it from there). Q = `chunk`,
+// s = S/W, H = Hv value heads, gdn_scan_flops with `channel_gate` (KDA) or not (GDN):
+//   head_parallel  gdn_scan_flops(S, Q, dk, dv) * S * H / W   (the whole row for H/W heads)
+//   state_passing  (gdn_scan_flops(s, Q, dk, dv) + delta_rule_summary_flops(dk, dv)) * s * H
+//                  (each own chunk's factors, its summary [T | C] from them, its outputs from the state that
+//                  arrives) + W * chunks_per_rank * 2 dk^2 dv * H (every rank composes the stream's pairs)
+//   W = 1          gdn_scan_flops(s, Q, dk, dv) * s * H
+[[nodiscard]] double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate);
 
 }  // namespace cpbench

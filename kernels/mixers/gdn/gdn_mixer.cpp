@@ -3,10 +3,7 @@
 //
 // Costs of one layer on one rank, P the padded row, s = P / W, Hv value heads, dk / dv head dims, Q the
 // chunk, hidden d, e the element size (docs/planner.md, "Gated DeltaNet layers"):
-//   delta rule FLOPs (fwd)  head_parallel: gdn_scan_flops(P, Q, dk, dv) * P * Hv/W
-//                           state_passing: gdn_scan_flops(s, Q, dk, dv + dk) * s * Hv (the identity
-//                           columns) + 2 dk dv s Hv (the correction) + W * chunks * 2 dk^2 dv Hv (the
-//                           composition); W = 1: gdn_scan_flops(s, Q, dk, dv) * s * Hv
+//   delta rule FLOPs (fwd)  delta_rule_cp_flops (gdn_cp_costs.hpp)
 //   dense FLOPs (fwd)       2 s d in_proj_width + 2 s Hv dv d (out_proj) + 2 K s conv_channels (conv)
 //   bytes                   gdn_cp_bytes (gdn_cp_costs.hpp)
 //   memory                  proj, conv output and o in e, the chunked form's 3 fp32 [tokens, Q] matrices per
@@ -115,16 +112,7 @@ class GdnMixer final : public LinearMixer {
   }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
-    const GdnConfig& c = configs.gdn;
-    const int64_t W = q.cp, P = q.seq_len, s = P / W;
-    const double Hv = static_cast<double>(c.value_heads), dk = static_cast<double>(c.key_head_dim);
-    const double dv = static_cast<double>(c.value_head_dim), tokens = static_cast<double>(s);
-    if (gdn_strategy(strategy) == GdnCpStrategy::head_parallel)
-      return gdn_scan_flops(P, c.chunk, c.key_head_dim, c.value_head_dim) * static_cast<double>(P) * Hv /
-             static_cast<double>(W);
-    if (W == 1) return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim) * tokens * Hv;
-    return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim + c.key_head_dim) * tokens * Hv +
-           2 * dk * dv * tokens * Hv + static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dk * dk * dv * Hv;
+    return delta_rule_cp_flops(gdn_strategy(strategy), shape(configs.gdn, q), configs.gdn.chunk, false);
   }
   [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
                                        const LayerCostQuery& q) const override {
