@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/mixers/gdn/gdn_scan.hpp"
@@ -111,6 +112,27 @@ TEST(KdaScan, ChunkedMatchesTheRecurrenceToFloat64Rounding) {
   EXPECT_LT(worst_difference({100}, 100, 16, true), 1e-12) << "one document";
   RecordProperty("worst_relative_difference", std::to_string(worst));
   std::printf("KdaScan: worst relative difference chunked vs recurrence (float64): %.3g\n", worst);
+}
+
+TEST(KdaScan, TheSummaryIsTheStretchsAffineMap) {
+  // State passing's pair from the chunks' own factors (delta_rule_summary): the recurrence's final state
+  // from any initial state S0 is T S0 + C. Per-channel and per-head gates, chunks that do and do not
+  // divide the stretch, a reset inside (T = 0 past it: the reset ends the initial state's reach). Decays
+  // weak enough (x 0.02) that the initial state still weighs at the end.
+  for (const bool channel : {true, false})
+    for (const int64_t chunk : {7, 16, 64}) {
+      const std::vector<int64_t> docs = chunk == 16 ? std::vector<int64_t>{30, 70} : std::vector<int64_t>{100};
+      Inputs in = draw(2, 100, 3, 8, 6, docs, 17, true, 0.02);
+      const at::Tensor g = channel ? in.g : in.g.select(3, 0);
+      const DeltaRuleSummary sum = delta_rule_summary(delta_rule_chunks(in.q, in.k, in.v, g, in.beta, in.group, chunk));
+      const at::Tensor from_zero = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group).final_state;
+      const at::Tensor from_s0 = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group, in.initial).final_state;
+      const std::string what = std::string(channel ? "per-channel" : "per-head") + " gate, chunk " + std::to_string(chunk);
+      EXPECT_LT(rel(sum.contribution, from_zero), 1e-12) << what;
+      EXPECT_LT(rel(at::matmul(sum.transition, in.initial) + sum.contribution, from_s0), 1e-12) << what;
+      if (chunk == 16) EXPECT_LT(sum.transition.abs().max().item<double>(), 1e-300) << what << ": a reset inside";
+      else EXPECT_GT(sum.transition.abs().max().item<double>(), 1e-3) << what;
+    }
 }
 
 TEST(KdaScan, TheScalarGateIsItsBroadcast) {
