@@ -85,6 +85,13 @@ class GdnMixer final : public LinearMixer {
            std::to_string(c.conv) + ", chunk " + std::to_string(c.chunk);
   }
   [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  // The case's model FLOPs: the chunked form over the whole row on one rank (no strategy's extra work),
+  // per token from delta_rule_cp_flops; backward about twice the forward (the scans' convention).
+  [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
+    if (seq_len <= 0) return 0;
+    return 3.0 * delta_rule_cp_flops(GdnCpStrategy::head_parallel, gdn_cp_shape(c.gdn, linear_cp_shape(1, seq_len, 1, c.gdn.conv, 8)), c.gdn.chunk, false) /
+           static_cast<double>(seq_len);
+  }
   // Weights; what each layer keeps under the strategy (layers_term: proj, conv output, o, the chunked
   // form's intra-chunk matrices, one state per chunk, the strategy's buffers), the reference rank's too.
   [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,

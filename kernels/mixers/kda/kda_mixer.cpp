@@ -93,6 +93,13 @@ class KdaMixer final : public LinearMixer {
            std::to_string(c.chunk) + ", gate rank " + std::to_string(c.gate_rank);
   }
   [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  // The case's model FLOPs: the chunked form over the whole row on one rank (no strategy's extra work),
+  // per token from delta_rule_cp_flops; backward about twice the forward (the scans' convention).
+  [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
+    if (seq_len <= 0) return 0;
+    return 3.0 * delta_rule_cp_flops(GdnCpStrategy::head_parallel, kda_cp_shape(c.kda, linear_cp_shape(1, seq_len, 1, c.kda.conv, 8)), c.kda.chunk, true) /
+           static_cast<double>(seq_len);
+  }
   [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
                                                           const MemoryQuery& q) const override {
     const KdaConfig& c = configs.kda;
