@@ -200,7 +200,9 @@ TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
     EXPECT_EQ(c.ssm.mixer, "GDN");
     head += c.ssm.strategy == "head_parallel";
     passing += c.ssm.strategy == "state_passing";
-    if (c.sharder == "striped") EXPECT_EQ(c.ssm.strategy, "head_parallel") << "striped cannot pass states";
+    if (c.sharder == "striped") {
+      EXPECT_EQ(c.ssm.strategy, "head_parallel") << "striped cannot pass states";
+    }
     EXPECT_GT(c.ssm.bytes_per_rank, 0);
   }
   EXPECT_EQ(head, 6);

@@ -130,8 +130,11 @@ TEST(KdaScan, TheSummaryIsTheStretchsAffineMap) {
       const std::string what = std::string(channel ? "per-channel" : "per-head") + " gate, chunk " + std::to_string(chunk);
       EXPECT_LT(rel(sum.contribution, from_zero), 1e-12) << what;
       EXPECT_LT(rel(at::matmul(sum.transition, in.initial) + sum.contribution, from_s0), 1e-12) << what;
-      if (chunk == 16) EXPECT_LT(sum.transition.abs().max().item<double>(), 1e-300) << what << ": a reset inside";
-      else EXPECT_GT(sum.transition.abs().max().item<double>(), 1e-3) << what;
+      if (chunk == 16) {
+        EXPECT_LT(sum.transition.abs().max().item<double>(), 1e-300) << what << ": a reset inside";
+      } else {
+        EXPECT_GT(sum.transition.abs().max().item<double>(), 1e-3) << what;
+      }
     }
 }
 

@@ -6,11 +6,12 @@
 //   head_parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the delta rule (this
 //                  rank's value heads and their key heads, replicated when the key heads do not split),
 //                  one back after it (PyTorch's _context_parallel/_gated_delta.py): bytes grow with S.
-//   state_passing  each rank runs its own chunks from a zero state; one all-gather of every chunk's pair
-//                  (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the accumulator
-//                  dtype) and one all-gather of the K-1 conv inputs at the end of every chunk (the conv
-//                  halo); each rank composes the state arriving at each of its chunks and corrects its
-//                  outputs (flash-linear-attention PR #1221, Megatron-LM #3282): bytes do not grow with S.
+//   state_passing  each rank summarises its own chunks from their delta-rule factors; one all-gather of
+//                  every chunk's pair (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the
+//                  accumulator dtype) and one all-gather of the K-1 conv inputs at the end of every chunk
+//                  (the conv halo); each rank composes the state arriving at each of its chunks and runs
+//                  them from it (flash-linear-attention PR #691, #1221, Megatron-LM #3282): bytes do not
+//                  grow with S.
 //
 // The layers count what they send and the runner checks the count against these formulas every step;
 // the planner and admission call the same functions. Plain arithmetic on a typed shape, no tensors.
