@@ -1,9 +1,10 @@
 // Kimi Delta Attention micro-benchmark (Google Benchmark): the delta rule with a per-channel decay
 // (kernels/mixers/gdn/gdn_scan.hpp, g [R, S, H, dk]), chunked form against the token-by-token recurrence,
 // forward pass, float32 on CPU.
-//   BM_KdaScan/S   one row of S tokens, 2 heads of Kimi Linear's dims (dk = dv = 128), unit-norm keys,
+//   BM_KdaScan/S/Q one row of S tokens, 2 heads of Kimi Linear's dims (dk = dv = 128), unit-norm keys,
 //                  per-channel log decays -softplus(N(-3, 1)), a document reset at S/3. Each iteration
-//                  times the chunked form (chunk kGdnChunk) and the recurrence on the same inputs.
+//                  times the chunked form (chunk Q; the layer's default is kGdnChunk = 64) and the
+//                  recurrence on the same inputs.
 //                  Counters as BM_GdnScan's: chunked_s, recurrence_s, x_recurrence (target >= 20 at
 //                  S = 16384), rel_diff (float32 rounding; float64 agreement is kda_scan_test.cpp's),
 //                  GFLOPs (gdn_scan_flops with channel_gate).
@@ -25,7 +26,7 @@ double elapsed(const std::chrono::steady_clock::time_point& t0) {
 }
 
 void BM_KdaScan(benchmark::State& state) {
-  const int64_t S = state.range(0), R = 1, H = 2, dk = 128, dv = 128;
+  const int64_t S = state.range(0), Q = state.range(1), R = 1, H = 2, dk = 128, dv = 128;
   const auto opts = at::TensorOptions().dtype(at::kFloat);
   at::manual_seed(0);
   const auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
@@ -41,7 +42,7 @@ void BM_KdaScan(benchmark::State& state) {
   double t_chunked = 0, t_recurrence = 0, rel_diff = 0;
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
-    const at::Tensor o = gdn_chunk_scan(q, k, v, g, beta, group).o;
+    const at::Tensor o = gdn_chunk_scan(q, k, v, g, beta, group, Q).o;
     t_chunked += elapsed(t0);
     t0 = std::chrono::steady_clock::now();
     const at::Tensor o_ref = gdn_recurrence(q, k, v, g, beta, group).o;
@@ -55,9 +56,16 @@ void BM_KdaScan(benchmark::State& state) {
   state.counters["x_recurrence"] = t_recurrence / t_chunked;
   state.counters["rel_diff"] = rel_diff;
   state.counters["GFLOPs"] =
-      gdn_scan_flops(S, kGdnChunk, dk, dv, true) * static_cast<double>(S * H * R) * iters / t_chunked / 1e9;
+      gdn_scan_flops(S, Q, dk, dv, true) * static_cast<double>(S * H * R) * iters / t_chunked / 1e9;
 }
 
-BENCHMARK(BM_KdaScan)->ArgName("S")->Arg(512)->Arg(16384)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KdaScan)
+    ->ArgNames({"S", "Q"})
+    ->Args({512, kGdnChunk})
+    ->Args({16384, kGdnChunk})
+    ->Args({16384, 32})
+    ->Args({16384, 128})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -150,7 +150,8 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   linear_test::expect_each_way(sp, 3 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8), 2);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::head_parallel, s), 2 * 64 * 50 * 8);
   EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::state_passing, s),
-            4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8 + 2 * 16 * 4 * 8 * 8);
+            4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8)
+      << "the pairs and halos of every rank and one incoming state per own chunk (no readout columns)";
 
   // S = 2048 and 8192 (the check): state passing's bytes equal, head parallel's x 4.
   GdnCpShape a = s, b = s;
@@ -176,7 +177,9 @@ TEST(GdnModels, PlannerPricesBothStrategiesAndAdmissionCountsTheLayers) {
     EXPECT_EQ(c.ssm.mixer, "GDN");
     head += c.ssm.strategy == "head_parallel";
     passing += c.ssm.strategy == "state_passing";
-    if (c.sharder == "striped") EXPECT_EQ(c.ssm.strategy, "head_parallel") << "striped cannot pass states";
+    if (c.sharder == "striped") {
+      EXPECT_EQ(c.ssm.strategy, "head_parallel") << "striped cannot pass states";
+    }
     EXPECT_GT(c.ssm.bytes_per_rank, 0);
   }
   EXPECT_EQ(head, 6);

@@ -79,3 +79,17 @@ TEST(KdaModels, PlannerPricesBothStrategiesForKimiLinear) {
   }
   EXPECT_EQ(passing, 4);
 }
+
+TEST(KdaModels, DeltaRuleFlopsReachTheModelFlops) {
+  // The case's model_flops count each delta-rule layer's chunked form on one rank (forward + 2 x
+  // backward), GDN's per-head gate and KDA's per-channel one.
+  MixerConfigs c;
+  c.kda.heads = 4;
+  c.kda.key_head_dim = c.kda.value_head_dim = 128;
+  c.gdn.key_heads = 2;
+  c.gdn.value_heads = 4;
+  c.gdn.key_head_dim = c.gdn.value_head_dim = 128;
+  // gdn_scan_flops(4096, 64, 128, 128) = 64 (5*128 + 3*128) + 6*128*128 = 163840; KDA adds 1.5*128*6.
+  EXPECT_DOUBLE_EQ(mixer_for('G').train_flops_per_token(c, 4096), 3.0 * 163840 * 4);
+  EXPECT_DOUBLE_EQ(mixer_for('K').train_flops_per_token(c, 4096), 3.0 * (163840 + 1152) * 4);
+}

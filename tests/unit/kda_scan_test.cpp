@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/mixers/gdn/gdn_scan.hpp"
@@ -55,6 +56,30 @@ TEST(KdaScan, ChunkedMatchesTheRecurrenceToFloat64Rounding) {
   std::printf("KdaScan: worst relative difference chunked vs recurrence (float64): %.3g\n", worst);
 }
 
+TEST(KdaScan, TheSummaryIsTheStretchsAffineMap) {
+  // State passing's pair from the chunks' own factors (delta_rule_summary): the recurrence's final state
+  // from any initial state S0 is T S0 + C. Per-channel and per-head gates, chunks that do and do not
+  // divide the stretch, a reset inside (T = 0 past it: the reset ends the initial state's reach). Decays
+  // weak enough (x 0.02) that the initial state still weighs at the end.
+  for (const bool channel : {true, false})
+    for (const int64_t chunk : {7, 16, 64}) {
+      const std::vector<int64_t> docs = chunk == 16 ? std::vector<int64_t>{30, 70} : std::vector<int64_t>{100};
+      Inputs in = draw(kGate, 2, 100, 3, 8, 6, docs, 17, true, 0.02);
+      const at::Tensor g = channel ? in.g : in.g.select(3, 0);
+      const DeltaRuleSummary sum = delta_rule_summary(delta_rule_chunks(in.q, in.k, in.v, g, in.beta, in.group, chunk));
+      const at::Tensor from_zero = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group).final_state;
+      const at::Tensor from_s0 = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group, in.initial).final_state;
+      const std::string what = std::string(channel ? "per-channel" : "per-head") + " gate, chunk " + std::to_string(chunk);
+      EXPECT_LT(rel(sum.contribution, from_zero), 1e-12) << what;
+      EXPECT_LT(rel(at::matmul(sum.transition, in.initial) + sum.contribution, from_s0), 1e-12) << what;
+      if (chunk == 16) {
+        EXPECT_LT(sum.transition.abs().max().item<double>(), 1e-300) << what << ": a reset inside";
+      } else {
+        EXPECT_GT(sum.transition.abs().max().item<double>(), 1e-3) << what;
+      }
+    }
+}
+
 TEST(KdaScan, TheScalarGateIsItsBroadcast) {
   // GDN's one decay per head, given as the same value on every key channel, runs the same recurrence.
   Inputs in = draw(kGate, 2, 50, 2, 8, 4, {20, 30}, 7, true);
@@ -89,5 +114,6 @@ TEST(KdaScan, Bfloat16StaysFiniteAtStrongDecays) {
 TEST(KdaScan, ShapesAreCheckedAndFlopsCountTheChannelDecay) {
   Inputs in = draw(kGate, 1, 8, 2, 4, 4, {8}, 1, false);
   EXPECT_THROW((void)gdn_chunk_scan(in.q, in.k, in.v, in.g.narrow(3, 0, 3), in.beta, in.group), Error);
-  EXPECT_DOUBLE_EQ(gdn_scan_flops(4096, 64, 128, 128, true) - gdn_scan_flops(4096, 64, 128, 128), 2.0 * 64 * 128);
+  // The secondary chunking's scalings: 3/2 dk per halving level, log2(64) = 6 levels.
+  EXPECT_DOUBLE_EQ(gdn_scan_flops(4096, 64, 128, 128, true) - gdn_scan_flops(4096, 64, 128, 128), 1.5 * 128 * 6);
 }

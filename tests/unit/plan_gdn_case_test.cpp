@@ -39,20 +39,19 @@ const plan::SsmCase& gdn_of(const plan::Plan& p, int64_t W, const std::string& s
 }
 
 // One rank, one layer, worked by hand (the chunked delta rule per token and value head,
-// gdn_scan_flops(S, Q, dk, dv) = Q (7 dk + 3 dv) + 4 dk dv + 2 dk^2 + 2 dk^2 dv / Q):
+// gdn_scan_flops(S, Q, dk, dv) = Q (5 dk + 3 dv) + 6 dk dv):
 //   projections and conv, s tokens: s (2 d in_proj_width + 2 Hv dv d + 2 K conv_channels)
 //     with conv_channels = 2*16*128 + 32*128 = 8192, in_proj_width = 8192 + 4096 + 64 = 12352
 //     -> s * 67878912 = 4419521347584 (s 65536), 1104880336896 (s 16384)
-//   head_parallel delta: (64*1280 + 65536 + 32768 + 65536) * 131072 * 32 / W  (dv = 128: 245760 per token-head)
-//     -> 515396075520 (W 2), 128849018880 (W 8)
-//   state_passing delta: gdn_scan_flops(s, 64, 128, 256) s Hv + 2 dk dv s Hv + W * 2 dk^2 dv Hv
-//     per token-head 64*1664 + 131072 + 32768 + 131072 = 401408, + 32768 for the correction;
-//     composition W * 2 * 128^3 * 32 = W * 134217728
-//     -> 434176 * 65536 * 32 + 2 * 134217728 = 910801502208 (W 2)
-//     -> 434176 * 16384 * 32 + 8 * 134217728 = 228707008512 (W 8)
+//   head_parallel delta: (64*1024 + 98304) * 131072 * 32 / W  (dv = 128: 163840 per token-head)
+//     -> 343597383680 (W 2), 85899345920 (W 8)
+//   state_passing delta: (gdn_scan_flops(s, 64, 128, 128) + 4 dk (dk + dv)) s Hv + W * 2 dk^2 dv Hv
+//     per token-head 163840 + 131072 = 294912; composition W * 2 * 128^3 * 32 = W * 134217728
+//     -> 294912 * 65536 * 32 + 2 * 134217728 = 618743726080 (W 2)
+//     -> 294912 * 16384 * 32 + 8 * 134217728 = 155692564480 (W 8)
 constexpr double kOtherW2 = 4419521347584.0, kOtherW8 = 1104880336896.0;
-constexpr double kHpDeltaW2 = 515396075520.0, kHpDeltaW8 = 128849018880.0;
-constexpr double kSpDeltaW2 = 910801502208.0, kSpDeltaW8 = 228707008512.0;
+constexpr double kHpDeltaW2 = 343597383680.0, kHpDeltaW8 = 85899345920.0;
+constexpr double kSpDeltaW2 = 618743726080.0, kSpDeltaW8 = 155692564480.0;
 
 // Bytes one rank sends per layer, forward (the backward sends the same again):
 //   head_parallel: (W-1) s (2 hk dk + hv dv + 2 hv + hv dv) 2 bytes, hk = max(1, 16/W), hv = 32/W

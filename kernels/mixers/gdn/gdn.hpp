@@ -18,8 +18,9 @@
 //
 // state_passing CP (gdn_cp: state_passing; gdn_state_passing.cpp on
 // kernels/mixers/linear/state_passing.hpp): the sequence stays
-// split; each rank's chunks from a zero state, one all-gather of every chunk's (transition,
-// contribution) pair, composed in stream order; the conv halo as for Mamba. Bytes: gdn_cp_costs.hpp.
+// split; each rank's chunks summarised from their own factors, one all-gather of every chunk's
+// (transition, contribution) pair, composed in stream order, each chunk run from the state that arrives;
+// the conv halo as for Mamba. Bytes: gdn_cp_costs.hpp.
 //
 // Mask semantics: kernels/mixers/linear/scan_plan.hpp (the same plan as Mamba's; pad slots get g = beta = 0).
 #include <ATen/ATen.h>

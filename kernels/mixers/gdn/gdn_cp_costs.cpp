@@ -1,5 +1,8 @@
 #include "kernels/mixers/gdn/gdn_cp_costs.hpp"
 
+#include <algorithm>
+
+#include "kernels/mixers/gdn/gdn_scan.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -76,8 +79,20 @@ int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
     return channel_parallel_memory(s.batch, s.seq_len, s.head_parallel_channels(),
                                    s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
   return s.cp * (pair_block(s) + halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes)) +
-         s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * s.value_head_dim * s.state_elem_bytes +
-         s.batch * (s.seq_len / s.cp) * s.value_heads * s.key_head_dim * s.state_elem_bytes;
+         s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * s.value_head_dim * s.state_elem_bytes;
+}
+
+double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate) {
+  check_gdn_shape(s);
+  const int64_t W = s.cp, S = s.seq_len, local = S / W, dk = s.key_head_dim, dv = s.value_head_dim;
+  const double H = static_cast<double>(s.value_heads), tokens = static_cast<double>(local);
+  if (W > 1 && strategy == GdnCpStrategy::head_parallel)
+    return gdn_scan_flops(S, chunk, dk, dv, channel_gate) * static_cast<double>(S) * H / static_cast<double>(W);
+  const double scan = gdn_scan_flops(local, chunk, dk, dv, channel_gate) * tokens * H;
+  if (W == 1) return scan;
+  const double compose = static_cast<double>(W * std::max<int64_t>(1, s.chunks_per_rank)) * 2.0 *
+                         static_cast<double>(dk * dk * dv) * H;
+  return scan + delta_rule_summary_flops(dk, dv) * tokens * H + compose;
 }
 
 }  // namespace cpbench

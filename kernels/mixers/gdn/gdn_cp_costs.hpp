@@ -6,11 +6,12 @@
 //   head_parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the delta rule (this
 //                  rank's value heads and their key heads, replicated when the key heads do not split),
 //                  one back after it (PyTorch's _context_parallel/_gated_delta.py): bytes grow with S.
-//   state_passing  each rank runs its own chunks from a zero state; one all-gather of every chunk's pair
-//                  (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the accumulator
-//                  dtype) and one all-gather of the K-1 conv inputs at the end of every chunk (the conv
-//                  halo); each rank composes the state arriving at each of its chunks and corrects its
-//                  outputs (flash-linear-attention PR #1221, Megatron-LM #3282): bytes do not grow with S.
+//   state_passing  each rank summarises its own chunks from their delta-rule factors; one all-gather of
+//                  every chunk's pair (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the
+//                  accumulator dtype) and one all-gather of the K-1 conv inputs at the end of every chunk
+//                  (the conv halo); each rank composes the state arriving at each of its chunks and runs
+//                  them from it (flash-linear-attention PR #691, #1221, Megatron-LM #3282): bytes do not
+//                  grow with S.
 //
 // The layers count what they send and the runner checks the count against these formulas every step;
 // the planner and admission call the same functions. Plain arithmetic on a typed shape, no tensors.
@@ -70,9 +71,18 @@ using GdnCpBytes = LinearCpBytes;
 // Extra bytes one rank holds per layer for the backward because of CP:
 //   head_parallel  the full sequence for this rank's channels and its output before the return:
 //                  R * S * (head_parallel_channels() + Hv/W * dv) * elem_bytes
-//   state_passing  every rank's pairs and halos (W x the blocks above), the incoming state of each own
-//                  chunk, and the transition readout the correction needs (each own token's dk extra value
-//                  columns per value head: R * S/W * Hv * dk * state_elem_bytes).
+//   state_passing  every rank's pairs and halos (W x the blocks above) and the incoming state of each own
+//                  chunk (the chunks' factors are the single-rank form's, which the layer's memory term counts).
 [[nodiscard]] int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
+
+// THE delta rule's forward FLOPs on one rank per layer and row (the GDN and KDA registry entries'
+// layer_cost returns it; the planner, admission and the case metrics read it from there). Q = `chunk`,
+// s = S/W, H = Hv value heads, gdn_scan_flops with `channel_gate` (KDA) or not (GDN):
+//   head_parallel  gdn_scan_flops(S, Q, dk, dv) * S * H / W   (the whole row for H/W heads)
+//   state_passing  (gdn_scan_flops(s, Q, dk, dv) + delta_rule_summary_flops(dk, dv)) * s * H
+//                  (each own chunk's factors, its summary [T | C] from them, its outputs from the state that
+//                  arrives) + W * chunks_per_rank * 2 dk^2 dv * H (every rank composes the stream's pairs)
+//   W = 1          gdn_scan_flops(s, Q, dk, dv) * s * H
+[[nodiscard]] double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate);
 
 }  // namespace cpbench

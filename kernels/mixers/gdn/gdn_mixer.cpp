@@ -3,10 +3,7 @@
 //
 // Costs of one layer on one rank, P the padded row, s = P / W, Hv value heads, dk / dv head dims, Q the
 // chunk, hidden d, e the element size (docs/planner.md, "Gated DeltaNet layers"):
-//   delta rule FLOPs (fwd)  head_parallel: gdn_scan_flops(P, Q, dk, dv) * P * Hv/W
-//                           state_passing: gdn_scan_flops(s, Q, dk, dv + dk) * s * Hv (the identity
-//                           columns) + 2 dk dv s Hv (the correction) + W * chunks * 2 dk^2 dv Hv (the
-//                           composition); W = 1: gdn_scan_flops(s, Q, dk, dv) * s * Hv
+//   delta rule FLOPs (fwd)  delta_rule_cp_flops (gdn_cp_costs.hpp)
 //   dense FLOPs (fwd)       2 s d in_proj_width + 2 s Hv dv d (out_proj) + 2 K s conv_channels (conv)
 //   bytes                   gdn_cp_bytes (gdn_cp_costs.hpp)
 //   memory                  proj, conv output and o in e, the chunked form's 3 fp32 [tokens, Q] matrices per
@@ -80,6 +77,13 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
            std::to_string(c.conv) + ", chunk " + std::to_string(c.chunk);
   }
   [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  // The case's model FLOPs: the chunked form over the whole row on one rank (no strategy's extra work),
+  // per token from delta_rule_cp_flops; backward about twice the forward (the scans' convention).
+  [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
+    if (seq_len <= 0) return 0;
+    return 3.0 * delta_rule_cp_flops(GdnCpStrategy::head_parallel, gdn_cp_shape(c.gdn, linear_cp_shape(1, seq_len, 1, c.gdn.conv, 8)), c.gdn.chunk, false) /
+           static_cast<double>(seq_len);
+  }
   // Weights; what each layer keeps under the strategy (layers_term: proj, conv output, o, the chunked
   // form's intra-chunk matrices, one state per chunk, the strategy's buffers), the reference rank's too.
   [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
@@ -107,16 +111,7 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
   }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
-    const GdnConfig& c = configs.gdn;
-    const int64_t W = q.cp, P = q.seq_len, s = P / W;
-    const double Hv = static_cast<double>(c.value_heads), dk = static_cast<double>(c.key_head_dim);
-    const double dv = static_cast<double>(c.value_head_dim), tokens = static_cast<double>(s);
-    if (this->strategy(strategy) == GdnCpStrategy::head_parallel)
-      return gdn_scan_flops(P, c.chunk, c.key_head_dim, c.value_head_dim) * static_cast<double>(P) * Hv /
-             static_cast<double>(W);
-    if (W == 1) return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim) * tokens * Hv;
-    return gdn_scan_flops(s, c.chunk, c.key_head_dim, c.value_head_dim + c.key_head_dim) * tokens * Hv +
-           2 * dk * dv * tokens * Hv + static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dk * dk * dv * Hv;
+    return delta_rule_cp_flops(this->strategy(strategy), shape(configs.gdn, q), configs.gdn.chunk, false);
   }
   // The chunked form's 3 fp32 [tokens, Q] matrices per value head and one fp32 state per chunk.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,

@@ -1,8 +1,10 @@
 #include "kernels/mixers/gdn/gdn_scan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "kernels/mixers/gdn/decayed_products.hpp"
 #include "kernels/mixers/linear/scan_plan.hpp"  // masked_exp, pad_sequence
 #include "sharders/core/check.hpp"
 
@@ -31,98 +33,117 @@ void check_gdn_shapes(const char* who, const at::Tensor& q, const at::Tensor& k,
              v.size(3), "]");
 }
 
-// sum_c x_t[c] y_s[c] exp(G_t[c] - G_s[c]) for the pairs (t, s) `keep` holds, else 0: x, y [..., Q, d],
-// G [..., Q, Gd] (Gd = 1: one decay per head, a Q x Q product times the decays; Gd = d: per channel, the
-// [Q, Q, d] decays formed whole). Every exponent is a difference inside one chunk, <= 0 where kept.
-at::Tensor decayed_products(const at::Tensor& x, const at::Tensor& y, const at::Tensor& G, const at::Tensor& keep) {
-  if (G.size(-1) == 1) {
-    const at::Tensor g = G.squeeze(-1);
-    return at::matmul(x, y.transpose(-1, -2)) * masked_exp(keep, g.unsqueeze(-1) - g.unsqueeze(-2));
-  }
-  const at::Tensor decay = masked_exp(keep.unsqueeze(-1), G.unsqueeze(-2) - G.unsqueeze(-3));  // [..., t, s, d]
-  return (x.unsqueeze(-2) * y.unsqueeze(-3) * decay).sum(-1);
-}
-
 bool gdn_low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
 
 }  // namespace
 
-GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
-                             const at::Tensor& beta, const at::Tensor& group, int64_t chunk,
-                             const at::Tensor& initial) {
-  check_gdn_shapes("gdn_chunk_scan", q, k, v, g, beta, group, initial);
-  CP_CHECK(chunk >= 1, "gdn_chunk_scan: chunk must be positive, got ", chunk);
-  if (gdn_low_precision(q)) {
-    const auto f = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; };
-    GdnScanResult r = gdn_chunk_scan(f(q), f(k), f(v), f(g), f(beta), group, chunk, f(initial));
-    return {r.o.to(q.scalar_type()), r.final_state};
-  }
+DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                  const at::Tensor& g_in, const at::Tensor& beta_in, const at::Tensor& group,
+                                  int64_t chunk) {
+  check_gdn_shapes("delta_rule_chunks", q_in, k_in, v_in, g_in, beta_in, group, {});
+  CP_CHECK(chunk >= 1, "delta_rule_chunks: chunk must be positive, got ", chunk);
+  CP_CHECK(q_in.size(1) > 0, "delta_rule_chunks: no tokens");
+  // bfloat16 / float16 run in float32 (the accumulator rule).
+  const auto f = [&](const at::Tensor& t) { return gdn_low_precision(q_in) ? t.to(at::kFloat) : t; };
+  const at::Tensor q = f(q_in), k = f(k_in), v = f(v_in), g = f(g_in), beta = f(beta_in);
   const int64_t R = q.size(0), L = q.size(1), H = q.size(2), dk = q.size(3), dv = v.size(3);
   const auto opts = q.options();
-  if (L == 0) return {at::zeros({R, 0, H, dv}, opts), initial.defined() ? initial : at::zeros({R, H, dk, dv}, opts)};
   const int64_t Q = std::min(chunk, L), nc = (L + Q - 1) / Q, extra = nc * Q - L;
 
   // The last chunk is filled up with transparent slots (g = beta = 0, q = k = v = 0) of the row's last
-  // group: they neither reset nor change the state, and their outputs are cut off below.
+  // group: they neither reset nor change the state, and their outputs are cut off.
   const at::Tensor gp = extra ? at::cat({group, group.narrow(1, L - 1, 1).expand({R, extra})}, 1) : group;
   const at::Tensor gc = gp.view({R, 1, nc, Q});  // broadcast over heads
   const auto heads_first = [&](const at::Tensor& t) {  // [R, L, H, d] -> [R, H, nc, Q, d]
-    return pad_sequence(t, extra).transpose(1, 2).reshape({R, H, nc, Q, t.size(3)});
+    return pad_sequence(t, extra).transpose(1, 2).reshape({R, H, nc, Q, t.size(3)}).contiguous();
   };
   const at::Tensor qc = heads_first(q), kc = heads_first(k), vc = heads_first(v);
   // Cumulative log decays inside the chunk, [R, H, nc, Q, Gd]: Gd = 1 for one decay per head (GDN),
   // dk for one per key channel (KDA), in the compute dtype (float32 at least).
-  const at::Tensor g4 = g.dim() == 4 ? g : g.unsqueeze(-1);
-  const int64_t Gd = g4.size(3);
-  const at::Tensor G = pad_sequence(g4, extra).transpose(1, 2).reshape({R, H, nc, Q, Gd}).cumsum(-2);
+  const at::Tensor G = heads_first(g.dim() == 4 ? g : g.unsqueeze(-1)).cumsum(-2);
   const at::Tensor bc = pad_sequence(beta, extra).transpose(1, 2).reshape({R, H, nc, Q});
 
   // Inside a chunk: token t sees s <= t of its group, decayed by exp(G_t - G_s).
   const at::Tensor lower = at::ones({Q, Q}, gc.options().dtype(at::kBool)).tril();
   const at::Tensor keep = (gc.unsqueeze(-1) == gc.unsqueeze(-2)) & lower;  // [R, 1, nc, t, s]
   const at::Tensor strict = keep & at::ones({Q, Q}, keep.options()).tril(-1);
-  const at::Tensor A = bc.unsqueeze(-1) * decayed_products(kc, kc, G, strict);
+  DecayedProducts products = decayed_products(qc, kc, G, keep, strict);
+  const at::Tensor A = bc.unsqueeze(-1) * products.kk;
 
   // The tokens the state entering the chunk reaches: those of the group of the token before the chunk
-  // (for the first chunk, the row's first group, which `initial` reaches).
+  // (for the first chunk, the row's first group, which the initial state reaches).
   const at::Tensor g_last = gc.select(-1, Q - 1);  // [R, 1, nc]
   const at::Tensor g_prev = at::cat({gc.select(-1, 0).narrow(2, 0, 1), g_last.narrow(2, 0, nc - 1)}, 2);
   const at::Tensor reached = gc == g_prev.unsqueeze(-1);        // [R, 1, nc, Q]
   const at::Tensor eG = masked_exp(reached.unsqueeze(-1), G);  // [R, H, nc, Q, Gd]: decay from the chunk start
 
   // The UT transform: u_t = beta_t (v_t - S_{t-1}^T (exp(g_t) * k_t)) for every t of the chunk at once.
-  // (I + A) u = beta v - beta (exp(G) * k) S_in, so u = U - W S_in.
+  // (I + A) u = beta v - beta (exp(G) * k) S_in, so u = U - W S_in: one unit lower triangular solve.
   const at::Tensor rhs = at::cat({bc.unsqueeze(-1) * vc, bc.unsqueeze(-1) * eG * kc}, -1);
   const at::Tensor X = at::linalg_solve_triangular(A + at::eye(Q, opts), rhs, /*upper=*/false, /*left=*/true,
                                                    /*unitriangular=*/true);
-  const at::Tensor U = X.narrow(-1, 0, dv), Wm = X.narrow(-1, dv, dk);
-
-  // o_t = S_in^T (exp(G_t) * q_t) + sum_{s <= t} (q_t . exp(G_t - G_s) * k_s) u_s.
-  const at::Tensor Pm = decayed_products(qc, kc, G, keep);
-  const at::Tensor o_local = at::matmul(Pm, U);                     // [R, H, nc, Q, dv]
-  const at::Tensor readout = eG * qc - at::matmul(Pm, Wm);          // [R, H, nc, Q, dk]: o += readout S_in
-
-  // The state after the chunk: S_out = Diag(a) S_in + Kd^T u = (Diag(a) - Kd^T W) S_in + Kd^T U, where Kd
-  // holds the keys of the chunk's last group decayed to its end and a the chunk's whole decay per key
-  // channel (0 after a reset).
+  DeltaRuleChunks out;
+  out.length = L;
+  out.U = X.narrow(-1, 0, dv);
+  out.W = X.narrow(-1, dv, dk);
+  out.qd = eG * qc;
+  out.P = std::move(products.qk);
+  // Kd: the keys of the chunk's last group decayed to its end; a: the chunk's whole decay per key
+  // channel, 0 after a reset.
   const at::Tensor in_last = gc == g_last.unsqueeze(-1);
   const at::Tensor G_end = G.select(-2, Q - 1);  // [R, H, nc, Gd]
-  const at::Tensor Kd = masked_exp(in_last.unsqueeze(-1), G_end.unsqueeze(-2) - G) * kc;
-  const at::Tensor a = masked_exp(reached.select(-1, Q - 1).unsqueeze(-1), G_end);  // [R, H, nc, Gd]
-  const at::Tensor transition =
-      a.unsqueeze(-1) * at::eye(dk, opts) - at::matmul(Kd.transpose(-1, -2), Wm);  // [R, H, nc, dk, dk]
-  const at::Tensor contribution = at::matmul(Kd.transpose(-1, -2), U);            // [R, H, nc, dk, dv]
+  out.Kd = masked_exp(in_last.unsqueeze(-1), G_end.unsqueeze(-2) - G) * kc;
+  out.a = masked_exp(reached.select(-1, Q - 1).unsqueeze(-1), G_end);
+  return out;
+}
 
-  // Between chunks: the only sequential part, one dk x dk by dk x dv product per chunk.
-  at::Tensor state = initial.defined() ? initial.to(q.scalar_type()) : at::zeros({R, H, dk, dv}, opts);
-  std::vector<at::Tensor> incoming;
+GdnScanResult delta_rule_apply(const DeltaRuleChunks& c, const at::Tensor& initial) {
+  const int64_t R = c.U.size(0), H = c.U.size(1), nc = c.U.size(2), Q = c.U.size(3), dv = c.U.size(4);
+  const int64_t dk = c.W.size(4);
+  at::Tensor state = initial.defined() ? initial.to(c.U.scalar_type()) : at::zeros({R, H, dk, dv}, c.U.options());
+  CP_CHECK(state.dim() == 4 && state.size(0) == R && state.size(1) == H && state.size(2) == dk && state.size(3) == dv,
+           "delta_rule_apply: initial state ", shape_str(state.sizes()), ", expected [", R, ", ", H, ", ", dk, ", ",
+           dv, "]");
+  // The only sequential part, per chunk: its new values u = U - W S_in, then S_out = Diag(a) S_in + Kd^T u.
+  std::vector<at::Tensor> incoming, values;
   incoming.reserve(static_cast<size_t>(nc));
-  for (int64_t c = 0; c < nc; ++c) {
+  values.reserve(static_cast<size_t>(nc));
+  for (int64_t i = 0; i < nc; ++i) {
+    const at::Tensor u = c.U.select(2, i) - at::matmul(c.W.select(2, i), state);
     incoming.push_back(state);
-    state = at::matmul(transition.select(2, c), state) + contribution.select(2, c);
+    values.push_back(u);
+    state = c.a.select(2, i).unsqueeze(-1) * state + at::matmul(c.Kd.select(2, i).transpose(-1, -2), u);
   }
-  const at::Tensor o = o_local + at::matmul(readout, at::stack(incoming, 2));
-  return {o.reshape({R, H, nc * Q, dv}).narrow(2, 0, L).transpose(1, 2), state};
+  // o_t = S_in^T (exp(G_t) * q_t) + sum_{s <= t} (q_t . exp(G_t - G_s) * k_s) u_s, every chunk at once.
+  const at::Tensor o = at::matmul(c.qd, at::stack(incoming, 2)) + at::matmul(c.P, at::stack(values, 2));
+  return {o.reshape({R, H, nc * Q, dv}).narrow(2, 0, c.length).transpose(1, 2), state};
+}
+
+DeltaRuleSummary delta_rule_summary(const DeltaRuleChunks& c) {
+  const int64_t R = c.U.size(0), H = c.U.size(1), nc = c.U.size(2), dv = c.U.size(4), dk = c.W.size(4);
+  // The transition T and the contribution C side by side, X = [T | C] from [I | 0], chunk by chunk:
+  // X_out = Diag(a) X_in + Kd^T ([0 | U] - W X_in), the delta rule's own state step on dk + dv columns.
+  at::Tensor X = at::cat({at::eye(dk, c.U.options()).expand({R, H, dk, dk}), at::zeros({R, H, dk, dv}, c.U.options())}, -1);
+  for (int64_t i = 0; i < nc; ++i) {
+    const at::Tensor WX = at::matmul(c.W.select(2, i), X);  // [R, H, Q, dk + dv]
+    const at::Tensor u = at::cat({-WX.narrow(-1, 0, dk), c.U.select(2, i) - WX.narrow(-1, dk, dv)}, -1);
+    X = c.a.select(2, i).unsqueeze(-1) * X + at::matmul(c.Kd.select(2, i).transpose(-1, -2), u);
+  }
+  return {X.narrow(-1, 0, dk), X.narrow(-1, dk, dv)};
+}
+
+GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                             const at::Tensor& beta, const at::Tensor& group, int64_t chunk,
+                             const at::Tensor& initial) {
+  check_gdn_shapes("gdn_chunk_scan", q, k, v, g, beta, group, initial);
+  CP_CHECK(chunk >= 1, "gdn_chunk_scan: chunk must be positive, got ", chunk);
+  const int64_t R = q.size(0), L = q.size(1), H = q.size(2), dk = q.size(3), dv = v.size(3);
+  if (L == 0) {
+    const auto ct = q.options().dtype(recurrence_dtype(q.scalar_type()));
+    return {at::zeros({R, 0, H, dv}, q.options()), initial.defined() ? initial.to(ct) : at::zeros({R, H, dk, dv}, ct)};
+  }
+  const GdnScanResult r = delta_rule_apply(delta_rule_chunks(q, k, v, g, beta, group, chunk), initial);
+  return {r.o.to(q.scalar_type()), r.final_state};
 }
 
 GdnScanResult gdn_recurrence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
@@ -147,9 +168,13 @@ double gdn_scan_flops(int64_t seq_len, int64_t chunk, int64_t key_head_dim, int6
                       bool channel_gate) {
   const double Q = static_cast<double>(std::max<int64_t>(1, std::min(chunk, seq_len)));
   const double dk = static_cast<double>(key_head_dim), dv = static_cast<double>(value_head_dim);
-  const double intra = 2 * Q * dk + 2 * Q * dk + Q * (dv + dk) + 2 * Q * dv + 2 * Q * dk + (channel_gate ? 2 * Q * dk : 0);
-  const double state = 2 * dk * dv + 2 * dk * dk + 2 * dk * dv + 2 * dk * dk * dv / Q;
+  const double intra = 2 * Q * dk + 2 * Q * dk + Q * (dv + dk) + 2 * Q * dv + (channel_gate ? 1.5 * dk * std::log2(Q) : 0);
+  const double state = 3 * 2 * dk * dv;
   return intra + state;
+}
+
+double delta_rule_summary_flops(int64_t key_head_dim, int64_t value_head_dim) {
+  return 4.0 * static_cast<double>(key_head_dim) * static_cast<double>(key_head_dim + value_head_dim);
 }
 
 }  // namespace cpbench

@@ -7,19 +7,20 @@
 // Per layer, on each rank:
 //   1. conv: each token's K-1 earlier real tokens of its group; those of another rank come from one
 //      all-gather of every chunk's last K-1 real conv inputs (the halo, [slots, R, K-1, conv_channels]).
-//   2. each own chunk (maximal run of consecutive stream positions) runs the chunked delta rule
-//      (gdn_chunk_scan) from a zero state, with dk extra value columns started from the identity: the
-//      recurrence is linear column by column, so those columns give, at the chunk's end, its transition
-//      T_c (the product over its tokens of exp(g_t)(I - beta_t k_t k_t^T), [Hv, dk, dk]) and, at each token,
-//      its readout r_t = T_{start..t}^T q_t (what the incoming state adds: S_in^T r_t). The value columns
-//      give the contribution C_c (the state after the chunk from a zero start, [Hv, dk, dv]).
-//      T_c is 0 where the chunk holds a reset (a document start) or starts one (the plan's carry mask).
+//   2. each own chunk (maximal run of consecutive stream positions) gets the chunked delta rule's factors
+//      (delta_rule_chunks: the UT transform of its scan chunks, as on one rank) and from them its summary
+//      (delta_rule_summary): the transition T_c (the product over its tokens of (I - beta_t k_t k_t^T)
+//      Diag(exp g_t), [Hv, dk, dk]) and the contribution C_c (the state after the chunk from a zero
+//      start, [Hv, dk, dv]), by the delta rule's own state step on [T | C] from [I | 0] (flash-linear-
+//      attention PR #691's pre-process; attention-gym #415's H_out = H_in A + B). T_c is 0 where the chunk
+//      holds a reset (a document start) or starts one (the plan's carry mask).
 //   3. one all-gather of every chunk's pair [T_c | C_c] ([slots, R, Hv, dk, dk + dv], in the accumulator
 //      dtype: float32 for bfloat16 / float16 activations).
 //   4. every rank composes along the stream, S_after(c) = T_c S_after(c-1) + C_c, in stream order
 //      (StatePassingPlan::stream_order, not rank order), and takes the state arriving at each own chunk.
-//   5. correction: a token that no reset separates from its chunk's start (the plan's prefix mask) adds
-//      S_in^T r_t.
+//   5. each own chunk's outputs: the same factors run from the state that arrives (delta_rule_apply), zero
+//      for a row whose chunk does not read it (the plan's prefix mask: the chunk starts a document).
+//      Its first group's tokens read the state, as on one rank.
 // Both all-gathers are all_gather_autograd: their backward reduce-scatters dL/d(pair) and dL/d(halo) to
 // the chunks they came from. Bytes per rank: gdn_cp_costs.hpp (no S in it).
 #include <algorithm>
@@ -51,20 +52,18 @@ at::Tensor delta_rule_state_passing(const GdnScanInputs& in, const LinearStepCon
   const int64_t W = sp.cp, R = in.v.size(0), Hv = in.v.size(2), dk = in.k.size(3), dv = in.v.size(3);
   if (W == 1) return gdn_chunk_scan(in.q, in.k, in.v, in.g, in.beta, sp.local.group, ctx.chunk).o;
 
-  // Step 2: each own chunk from zero, with dk identity-started columns for its transition and readout.
+  // Step 2: each own chunk's factors, and its pair from them.
   const auto opts = in.v.options();
-  const at::Tensor start = at::cat({at::zeros({R, Hv, dk, dv}, opts), at::eye(dk, opts).expand({R, Hv, dk, dk})}, -1);
-  std::vector<at::Tensor> outputs, readouts, pairs;
+  std::vector<DeltaRuleChunks> factors;
+  std::vector<at::Tensor> pairs;
   for (size_t j = 0; j < sp.chunks.size(); ++j) {
     const auto& ch = sp.chunks[j];
     const auto part = [&](const at::Tensor& t) { return t.narrow(1, ch.begin, ch.length); };
-    const at::Tensor v_aug = at::cat({part(in.v), at::zeros({R, ch.length, Hv, dk}, opts)}, -1);
-    const GdnScanResult res = gdn_chunk_scan(part(in.q), part(in.k), v_aug, part(in.g), part(in.beta),
-                                             part(sp.local.group), ctx.chunk, start);
-    outputs.push_back(res.o.narrow(-1, 0, dv));
-    readouts.push_back(res.o.narrow(-1, dv, dk));
+    factors.push_back(delta_rule_chunks(part(in.q), part(in.k), part(in.v), part(in.g), part(in.beta),
+                                        part(sp.local.group), ctx.chunk));
+    const DeltaRuleSummary summary = delta_rule_summary(factors.back());
     const at::Tensor carry = sp.carry_keep.select(0, static_cast<int64_t>(j)).to(opts.dtype()).view({R, 1, 1, 1});
-    pairs.push_back(at::cat({res.final_state.narrow(-1, dv, dk) * carry, res.final_state.narrow(-1, 0, dv)}, -1));
+    pairs.push_back(at::cat({summary.transition * carry, summary.contribution}, -1));
   }
 
   // Steps 3-4: every chunk's pair, composed in stream order up to this rank's last chunk.
@@ -74,16 +73,14 @@ at::Tensor delta_rule_state_passing(const GdnScanInputs& in, const LinearStepCon
         return at::matmul(pair.narrow(-1, 0, dk), state) + pair.narrow(-1, dk, dv);
       });
 
-  // Step 5: the incoming state's share of each token reached by it.
+  // Step 5: each own chunk from the state that reaches it.
   std::vector<at::Tensor> pieces;
   for (size_t j = 0; j < sp.chunks.size(); ++j) {
     const auto& ch = sp.chunks[j];
-    at::Tensor o = outputs[j];
-    if (!sp.drop_incoming_state && ch.prefix > 0) {
-      const at::Tensor reach = sp.prefix_keep.narrow(1, ch.begin, ch.length).to(opts.dtype()).view({R, ch.length, 1, 1});
-      o = o + at::einsum("rthk,rhkv->rthv", {readouts[j], incoming[j]}) * reach;
-    }
-    pieces.push_back(o);
+    at::Tensor start = at::zeros({R, Hv, dk, dv}, opts);
+    if (!sp.drop_incoming_state && ch.prefix > 0)
+      start = incoming[j] * sp.prefix_keep.select(1, ch.begin).to(opts.dtype()).view({R, 1, 1, 1});
+    pieces.push_back(delta_rule_apply(factors[j], start).o);
   }
   // Every rank must run the all-gather's backward (a collective), also one whose chunks receive nothing
   // (the stream's first chunk, or the negative control): tie the gathered pairs in.

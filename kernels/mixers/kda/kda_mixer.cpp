@@ -3,14 +3,14 @@
 //
 // Costs of one layer on one rank, P the padded row, s = P / W, H heads, dk / dv head dims, Q the chunk,
 // r the gate rank, hidden d, e the element size:
-//   delta rule FLOPs (fwd)  GDN's (gdn_mixer.cpp) with gdn_scan_flops(..., channel_gate = true) and
-//                           Hk = Hv = H
+//   delta rule FLOPs (fwd)  delta_rule_cp_flops (gdn_cp_costs.hpp) with channel_gate and Hk = Hv = H
 //   dense FLOPs (fwd)       LinearMixer's with in_proj_width = 2 H dk + H dv + H + 2 r (in_proj and the two
 //                           low-rank down-projections; their up-projections, 2 r (H dk + H dv) per token,
 //                           are left out: r << d)
 //   bytes                   kda_cp_bytes (kda_cp_costs.hpp)
-//   memory                  as GDN's, and the chunked form's per-channel decays: 3 fp32 [tokens, Q, dk]
-//                           per head
+//   memory                  as GDN's, and the secondary chunking's scalings (decayed_products.hpp): per
+//                           halving level (log2 Q of them) 5/2 fp32 [tokens, dk] per head kept for the
+//                           backward (two decays and three scaled operands, each over half the tokens)
 #include <algorithm>
 #include <cmath>
 
@@ -81,6 +81,13 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
            std::to_string(c.chunk) + ", gate rank " + std::to_string(c.gate_rank);
   }
   [[nodiscard]] std::string recurrence_name() const override { return "delta rule"; }
+  // The case's model FLOPs: the chunked form over the whole row on one rank (no strategy's extra work),
+  // per token from delta_rule_cp_flops; backward about twice the forward (the scans' convention).
+  [[nodiscard]] double train_flops_per_token(const MixerConfigs& c, int64_t seq_len) const override {
+    if (seq_len <= 0) return 0;
+    return 3.0 * delta_rule_cp_flops(GdnCpStrategy::head_parallel, kda_cp_shape(c.kda, linear_cp_shape(1, seq_len, 1, c.kda.conv, 8)), c.kda.chunk, true) /
+           static_cast<double>(seq_len);
+  }
   [[nodiscard]] std::vector<MixerMemoryTerm> memory_terms(const MixerConfigs& configs,
                                                           const MemoryQuery& q) const override {
     const KdaConfig& c = configs.kda;
@@ -109,22 +116,17 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
   }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
-    const KdaConfig& c = configs.kda;
-    const int64_t W = q.cp, P = q.seq_len, s = P / W, dk = c.key_head_dim, dv = c.value_head_dim;
-    const double H = static_cast<double>(c.heads), tokens = static_cast<double>(s);
-    if (this->strategy(strategy) == GdnCpStrategy::head_parallel)
-      return gdn_scan_flops(P, c.chunk, dk, dv, true) * static_cast<double>(P) * H / static_cast<double>(W);
-    if (W == 1) return gdn_scan_flops(s, c.chunk, dk, dv, true) * tokens * H;
-    const double dkd = static_cast<double>(dk), dvd = static_cast<double>(dv);
-    return gdn_scan_flops(s, c.chunk, dk, dv + dk, true) * tokens * H + 2 * dkd * dvd * tokens * H +
-           static_cast<double>(W * std::max<int64_t>(1, q.chunks_per_rank)) * 2 * dkd * dkd * dvd * H;
+    return delta_rule_cp_flops(this->strategy(strategy), shape(configs.kda, q), configs.kda.chunk, true);
   }
-  // The chunked form's 3 fp32 [tokens, Q, dk] per-channel matrices per head and one fp32 state per chunk.
+  // The chunked form's 3 fp32 [tokens, Q] matrices per head, one fp32 state per chunk, and the per-channel
+  // products' scalings: 5/2 fp32 [tokens, dk] per head and halving level.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
                                           int64_t Q) const override {
     const KdaConfig& c = configs.kda;
-    return q.rows * s * c.heads * Q * c.key_head_dim * 3 * 4 +
-           q.rows * ((s + Q - 1) / Q) * c.heads * c.key_head_dim * c.value_head_dim * 4;
+    int64_t levels = 0;
+    while ((int64_t{1} << levels) < Q) ++levels;
+    return q.rows * s * c.heads * Q * 3 * 4 + q.rows * ((s + Q - 1) / Q) * c.heads * c.key_head_dim * c.value_head_dim * 4 +
+           q.rows * s * c.heads * c.key_head_dim * 4 * 5 * levels / 2;
   }
   [[nodiscard]] std::string suffix_prefix() const override { return "/kda_"; }
 };

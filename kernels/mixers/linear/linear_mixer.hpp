@@ -158,12 +158,13 @@ class LinearMixerOf : public LinearMixer {
     return *s;
   }
   [[nodiscard]] static const Config& config(const MixerConfigs& c) { return c.*parts().config; }
+  // The mixer's cost shape for a plan's or admission's query.
+  [[nodiscard]] static typename Parts::Shape shape(const Config& c, const LayerCostQuery& q) {
+    return parts().shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
+  }
 
  private:
   static const Parts& parts() { return linear_parts(Config{}); }
-  static typename Parts::Shape shape(const Config& c, const LayerCostQuery& q) {
-    return parts().shape(c, linear_cp_shape(q.rows, q.seq_len, q.cp, c.conv, q.elem_bytes, q.chunks_per_rank));
-  }
 };
 
 // A linear layer's recurrent section through the step's clock (when one is set): core(proj).

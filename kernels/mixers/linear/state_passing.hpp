@@ -19,7 +19,8 @@
 //      order (StatePassingPlan::stream_order, not rank order) and takes the state arriving at each of
 //      its chunks (compose_incoming).
 //   4. the mixer's correction: a token that no reset separates from its chunk's start (prefix_keep)
-//      adds what the incoming state contributes to its output.
+//      adds what the incoming state contributes to its output (the delta rule reruns its chunk's
+//      factors from that state instead).
 // Both all-gathers are all_gather_autograd: their backward reduce-scatters the gradients of the
 // summaries and halos to the chunks they came from, so dL/d(state) reaches the earlier chunks' tokens.
 // Rows of an unpacked batch are independent streams with the same chunks; a packed thd stream is one row.
