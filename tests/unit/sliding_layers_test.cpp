@@ -9,6 +9,10 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "harness/model/model.hpp"
@@ -20,12 +24,15 @@
 #include "sharders/core/check.hpp"
 #include "sharders/layout.hpp"
 #include "sharders/registry.hpp"
+#include "tests/unit/plan_test_util.hpp"
 
 namespace cpbench {
 namespace {
 
 using kernels::window_halo;
 using kernels::WindowHalo;
+using plan_test::find_case;
+using plan_test::request;
 
 std::vector<std::vector<int64_t>> layout_ranks(const std::string& layout, int64_t W, int64_t S) {
   LayoutRequest req;
@@ -113,6 +120,35 @@ TEST(WindowHalo, WindowedRingBytesDoNotGrowWithS) {
     EXPECT_EQ(ring[1], 4 * ring[0]);
     EXPECT_LT(windowed[0], ring[0] / 4) << layout;
   }
+}
+
+// The planner prices ring_window from the same formulas: at 128K, cp 8, a window of 4096, contiguous, its
+// bytes per rank are the halo's (4 095 tokens, the same at 32K), far below the ring's; under a causal mask
+// it is not planned (with a note).
+TEST(WindowHalo, ThePlannerPricesTheWindowedRing) {
+  std::vector<int64_t> bytes;
+  for (int64_t S : {32768, 131072}) {
+    plan::PlanRequest r = request("llama3-8b", S, {8}, "sliding_window:4096");
+    r.sharders = {"contiguous", "load_balanced"};
+    r.transports = {"ring", "ring_window"};
+    const plan::Plan p = plan::make_plan(r);
+    const plan::PlanCase& w = find_case(p, "contiguous", "ring_window", 8);
+    // Llama-3-8B: 32 layers, 8 kv heads of 128, bf16; the middle ranks send 4095 tokens and receive 4095.
+    const int64_t kvt = 2 * 8 * 128 * 2, dkvt = 2 * 8 * 128 * 4;
+    EXPECT_EQ(w.bytes_per_rank, 32 * (4095 * kvt + 4095 * dkvt)) << S;
+    EXPECT_LT(w.bytes_per_rank * 4, find_case(p, "contiguous", "ring", 8).bytes_per_rank) << S;
+    EXPECT_LT(find_case(p, "load_balanced", "ring_window", 8).bytes_per_rank,
+              find_case(p, "load_balanced", "ring", 8).bytes_per_rank);
+    bytes.push_back(w.bytes_per_rank);
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+  plan::PlanRequest causal = request("llama3-8b", 32768, {8});
+  causal.transports = {"ring", "ring_window"};
+  const plan::Plan p = plan::make_plan(causal);
+  for (const auto& c : p.cases) EXPECT_NE(c.transport, "ring_window");
+  bool noted = false;
+  for (const auto& n : p.notes) noted = noted || n.find("ring_window not planned: ring_window runs sliding_window") == 0;
+  EXPECT_TRUE(noted);
 }
 
 TEST(WindowHalo, RefusesPositionsThatDoNotTile) {
@@ -226,6 +262,21 @@ TEST(SlidingLayers, ScenarioKeysAndTheirRefusals) {
   const std::string hybrid =
       error_of(model + "sweep: {sharder: contiguous, transport: ring, transport_sliding: hybrid, cp: 2}\n");
   EXPECT_NE(hybrid.find("sweep.transport_sliding: hybrid takes a Ulysses degree"), std::string::npos) << hybrid;
+}
+
+// A Hugging Face config's layer_types and sliding_window become the test model's kinds and window.
+TEST(SlidingLayers, KindsFromAHuggingFaceConfig) {
+  // Plain C file calls: std::filesystem's remove_all resolves into libtorch's copy here and crashes.
+  const std::string file = "/tmp/cpbench_sliding_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(file) << R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+    "num_key_value_heads": 2, "num_hidden_layers": 3, "intermediate_size": 128, "vocab_size": 256,
+    "sliding_window": 7, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]})";
+  const ScenarioSpec s = parse_scenario("model: {config: " + file + "}\n", "x.yaml");
+  std::remove(file.c_str());
+  EXPECT_EQ(s.model.attention.layer_kinds,
+            (std::vector<AttentionKind>{AttentionKind::sliding, AttentionKind::full, AttentionKind::sliding}));
+  EXPECT_EQ(s.model.attention.window, 7);
+  EXPECT_EQ(s.cases.at(0).sliding_mask, MaskSpec::parse("sliding_window:7"));
 }
 
 }  // namespace
