@@ -75,8 +75,9 @@ WindowHalo window_halo(const std::vector<std::vector<int64_t>>& ranks, int64_t w
   }
   std::sort(all.begin(), all.end(), [](const Run& a, const Run& b) { return a.begin < b.begin; });
   for (size_t i = 0; i < all.size(); ++i)
-    CP_CHECK(all[i].begin == (i == 0 ? 0 : all[i - 1].end), "window_halo: the ranks' positions do not tile [0, P): ",
-             "rank ", all[i].owner, " has a run from ", all[i].begin);
+    CP_CHECK(all[i].begin == (i == 0 ? 0 : all[i - 1].end),
+             "window_halo: the ranks' positions do not tile [0, P): ", "rank ", all[i].owner, " has a run from ",
+             all[i].begin);
   for (int r = 0; r < W; ++r) {
     // The keys r's queries see: [q - (N - 1), q] for each query q, so a run [a, b) of queries sees
     // [a - (N - 1), b); the union of those intervals (the runs are ascending, so are the intervals).

@@ -90,8 +90,8 @@ HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at:
     step.recv = seen_keys(block(step.from), block(r), N).to(q.device());
     plan.steps.push_back(std::move(step));
   }
-  plan.shape = CallShape{W, sh.batch, sh.q_heads, sh.kv_heads, S, sh.head_dim,
-                         static_cast<int64_t>(c10::elementSize(q.scalar_type()))};
+  plan.shape = CallShape{
+      W, sh.batch, sh.q_heads, sh.kv_heads, S, sh.head_dim, static_cast<int64_t>(c10::elementSize(q.scalar_type()))};
   plan.shape.halo_sent = halo.sent_by(r);
   plan.shape.halo_received = halo.received_by(r);
   plan.shape.halo_steps = halo.steps_of(r);
@@ -115,8 +115,7 @@ at::Tensor scatter_rows(const at::Tensor& rows, const at::Tensor& index, int64_t
 class WindowedRing : public torch::autograd::Function<WindowedRing> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& sinks_in, const TransportState& st,
-                            const HaloPlan& plan) {
+                            const std::optional<at::Tensor>& sinks_in, const TransportState& st, const HaloPlan& plan) {
     const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
     const int64_t S = q.size(2);
@@ -201,8 +200,7 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
     const TransportState& st = sv.st;
     const HaloPlan& plan = sv.plan;
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
-                     &sinks = saved[5];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &sinks = saved[5];
     const int r = st.comm.rank();
     const int64_t S = q.size(2);
     const auto cd = compute_dtype(q.scalar_type());
@@ -238,9 +236,9 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       Phase p(st, Phase::Kind::compute, label);
       at::Tensor contrib = block_grads(s.from, scatter_rows(sv.halos[i], s.recv, S));
       // The halo's rows go home to their owner (zeros when no query here saw them: the owner expects them).
-      at::Tensor rows = contrib.defined() ? contrib.index_select(3, s.recv)
-                                          : at::zeros({2, k.size(0), k.size(1), s.recv.size(0), k.size(3)},
-                                                      qc.options().dtype(cd));
+      at::Tensor rows = contrib.defined()
+                            ? contrib.index_select(3, s.recv)
+                            : at::zeros({2, k.size(0), k.size(1), s.recv.size(0), k.size(3)}, qc.options().dtype(cd));
       const at::Tensor send = wire.to_wire(rows);
       auto shape = send.sizes().vec();
       shape[3] = s.send.size(0);
@@ -274,7 +272,11 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
              plan.shape.halo_received, " received, window ", st.mask.window, ")");
     if (st.stats) st.stats->bytes_sent += bytes;
     const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), dsinks, at::Tensor(),
+    return {dq.to(q.scalar_type()),
+            dkv[0].to(k.scalar_type()),
+            dkv[1].to(v.scalar_type()),
+            dsinks,
+            at::Tensor(),
             at::Tensor()};
   }
 };

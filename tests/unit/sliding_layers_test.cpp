@@ -147,7 +147,8 @@ TEST(WindowHalo, ThePlannerPricesTheWindowedRing) {
   const plan::Plan p = plan::make_plan(causal);
   for (const auto& c : p.cases) EXPECT_NE(c.transport, "ring_window");
   bool noted = false;
-  for (const auto& n : p.notes) noted = noted || n.find("ring_window not planned: ring_window runs sliding_window") == 0;
+  for (const auto& n : p.notes)
+    noted = noted || n.find("ring_window not planned: ring_window runs sliding_window") == 0;
   EXPECT_TRUE(noted);
 }
 
@@ -177,9 +178,10 @@ TEST(WindowedRing, WorldOfOneMatchesTheReferenceAndRefusesOtherMasks) {
   EXPECT_LT((out - ref).abs().max().item<double>(), 1e-12);
   const at::Tensor causal = local_attention(q, k, v, meta, meta, MaskSpec::parse("causal"), 0);
   EXPECT_GT((out - causal).abs().max().item<double>(), 1e-3) << "the window must cut keys off";
-  EXPECT_THROW((void)t->attend(q, k, v, AttentionContext{&world, MaskSpec::parse("causal"), meta, meta, 0, nullptr, "",
-                                                          nullptr, false}),
-               Error);
+  EXPECT_THROW(
+      (void)t->attend(q, k, v,
+                      AttentionContext{&world, MaskSpec::parse("causal"), meta, meta, 0, nullptr, "", nullptr, false}),
+      Error);
 }
 
 // Each layer calls its kind's attention; a sliding layer without one is refused, never run as full.
@@ -221,7 +223,8 @@ std::string error_of(const std::string& yaml) {
 }
 
 TEST(SlidingLayers, ScenarioKeysAndTheirRefusals) {
-  const std::string model = "model: {preset: tiny, attention: {layer_types: [sliding_attention, full_attention], window: 9}}\n";
+  const std::string model =
+      "model: {preset: tiny, attention: {layer_types: [sliding_attention, full_attention], window: 9}}\n";
   const ScenarioSpec s = parse_scenario(
       model + "sweep: {sharder: contiguous, transport: ring, transport_sliding: [ring_window, allgather], cp: 2}\n",
       "x.yaml");
@@ -229,18 +232,18 @@ TEST(SlidingLayers, ScenarioKeysAndTheirRefusals) {
   EXPECT_EQ(s.cases[0].name(), "contiguous/ring/cp2/causal/float64/sliding-ring_window");
   EXPECT_EQ(s.cases[0].sliding_mask, MaskSpec::parse("sliding_window:9"));
   EXPECT_EQ(s.cases[1].transport_of_sliding(), "allgather");
-  EXPECT_EQ(s.model.attention.layer_kinds,
-            (std::vector<AttentionKind>{AttentionKind::sliding, AttentionKind::full}));
+  EXPECT_EQ(s.model.attention.layer_kinds, (std::vector<AttentionKind>{AttentionKind::sliding, AttentionKind::full}));
   // Without transport_sliding the name is what it always was.
   EXPECT_EQ(parse_scenario(model + "sweep: {sharder: contiguous, transport: ring, cp: 2}\n", "x.yaml").cases[0].name(),
             "contiguous/ring/cp2/causal/float64");
-  const std::string unknown = error_of(
-      "model: {preset: tiny, attention: {layer_types: [sliding_attention, local_attention], window: 9}}\n");
+  const std::string unknown =
+      error_of("model: {preset: tiny, attention: {layer_types: [sliding_attention, local_attention], window: 9}}\n");
   EXPECT_NE(unknown.find("model.attention.layer_types[1]: unknown attention kind \"local_attention\"; known: "
                          "full_attention, sliding_attention"),
             std::string::npos)
       << unknown;
-  const std::string count = error_of("model: {preset: tiny, attention: {layer_types: [sliding_attention], window: 9}}\n");
+  const std::string count =
+      error_of("model: {preset: tiny, attention: {layer_types: [sliding_attention], window: 9}}\n");
   EXPECT_NE(count.find("model.attention.layer_types: 1 kinds for the model's 2 attention layers"), std::string::npos)
       << count;
   const std::string no_window =
@@ -254,7 +257,8 @@ TEST(SlidingLayers, ScenarioKeysAndTheirRefusals) {
   EXPECT_NE(stray_transport.find("sweep.transport_sliding: the model has no sliding_attention layers"),
             std::string::npos)
       << stray_transport;
-  const std::string doc_mask = error_of(model + "sweep: {sharder: contiguous, transport: ring, cp: 2, mask: document}\n");
+  const std::string doc_mask =
+      error_of(model + "sweep: {sharder: contiguous, transport: ring, cp: 2, mask: document}\n");
   EXPECT_NE(doc_mask.find("sweep.mask: the model has sliding_attention layers"), std::string::npos) << doc_mask;
   const std::string bad_transport =
       error_of(model + "sweep: {sharder: contiguous, transport: ring, transport_sliding: pigeon, cp: 2}\n");

@@ -15,7 +15,8 @@ std::vector<std::string> attention_kind_names() {
 AttentionKind parse_attention_kind(const std::string& name, const std::string& where) {
   for (AttentionKind k : {AttentionKind::full, AttentionKind::sliding})
     if (name == to_string(k)) return k;
-  throw UsageError(detail::concat(where, ": unknown attention kind '", name, "'; known: full_attention, sliding_attention"));
+  throw UsageError(
+      detail::concat(where, ": unknown attention kind '", name, "'; known: full_attention, sliding_attention"));
 }
 
 MaskSpec layer_mask(AttentionKind kind, const MaskSpec& full_mask, int64_t window) {
