@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "kernels/attention/sink.hpp"
@@ -66,7 +68,9 @@ at::Tensor seen_keys(const at::Tensor& keys, const at::Tensor& queries, int64_t 
   return seen.nonzero().flatten();
 }
 
-HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at::Tensor& q) {
+// The step's halo plan (the layout's map and the window only: the same for every sliding layer of a
+// step); plan.shape carries only the halo counts, the caller fills in the call's shape.
+HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at::Device& device) {
   const int W = sh.world, r = sh.rank;
   const int64_t S = sh.tokens, N = ctx.mask.window;
   CP_CHECK(ctx.global_index.defined() && ctx.global_index.numel() == W * S, "ring_window: needs the layout's map ",
@@ -86,12 +90,10 @@ HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at:
     HaloStep step;
     step.d = d;
     step.from = ((r - d) % W + W) % W;
-    step.send = seen_keys(block(r), block((r + d) % W), N).to(q.device());
-    step.recv = seen_keys(block(step.from), block(r), N).to(q.device());
+    step.send = seen_keys(block(r), block((r + d) % W), N).to(device);
+    step.recv = seen_keys(block(step.from), block(r), N).to(device);
     plan.steps.push_back(std::move(step));
   }
-  plan.shape = CallShape{
-      W, sh.batch, sh.q_heads, sh.kv_heads, S, sh.head_dim, static_cast<int64_t>(c10::elementSize(q.scalar_type()))};
   plan.shape.halo_sent = halo.sent_by(r);
   plan.shape.halo_received = halo.received_by(r);
   plan.shape.halo_steps = halo.steps_of(r);
@@ -306,7 +308,15 @@ class WindowedRingTransport final : public Transport {
              " is not a sliding window (rank ", shape.rank, ")");
     const TransportState st = make_state(ctx, shape, q.device());
     if (shape.world == 1) return single_block_attention(q, k, v, ctx.sinks, st, "ring_window");
-    return WindowedRing::apply(q, k, v, optional_sinks(ctx.sinks), st, plan_halo(ctx, shape, q));
+    HaloPlan plan = step_plan(ctx, shape, q.device());
+    const int64_t halo_sent = plan.shape.halo_sent, halo_received = plan.shape.halo_received,
+                  halo_steps = plan.shape.halo_steps;
+    plan.shape = CallShape{shape.world,    shape.batch, shape.q_heads, shape.kv_heads, shape.tokens, shape.head_dim,
+                           static_cast<int64_t>(c10::elementSize(q.scalar_type()))};
+    plan.shape.halo_sent = halo_sent;
+    plan.shape.halo_received = halo_received;
+    plan.shape.halo_steps = halo_steps;
+    return WindowedRing::apply(q, k, v, optional_sinks(ctx.sinks), st, plan);
   }
 
   // Formulas: kv_passing_costs.hpp (the halo in CallShape / ActivationShape: window_halo.hpp).
@@ -320,6 +330,26 @@ class WindowedRingTransport final : public Transport {
   [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
     return windowed_ring_peak_activation_bytes(a);
   }
+
+ private:
+  // The halo plan of the step whose block plans `ctx.plans` are: planned by the first sliding layer of a
+  // step and reused by the others (the runner builds one PlanCache per step and kind), so the host
+  // reads the metadata and copies the index tensors to the device once per step, not per layer.
+  // Without step plans (ctx.plans null) every call plans.
+  [[nodiscard]] HaloPlan step_plan(const AttentionContext& ctx, const AttendShape& shape,
+                                   const at::Device& device) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (ctx.plans && ctx.plans == cached_for_ && cached_.has_value()) return *cached_;
+    HaloPlan plan = plan_halo(ctx, shape, device);
+    if (ctx.plans) {
+      cached_for_ = ctx.plans;  // held, so a later step's PlanCache cannot reuse its address
+      cached_ = plan;
+    }
+    return plan;
+  }
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const PlanCache> cached_for_;
+  mutable std::optional<HaloPlan> cached_;
 };
 
 }  // namespace
