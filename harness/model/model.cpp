@@ -1,6 +1,7 @@
 #include "harness/model/model.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "sharders/batch.hpp"
 #include "kernels/mixers/norm.hpp"
@@ -23,6 +24,13 @@ void ModelConfig::validate() const {
     for (char letter : mixers) (void)mixer_for(letter, "model.mixers: \"" + mixers + "\"");
   }
   for (const Mixer* m : mixers_in(mixers)) m->validate(*this);
+  const int64_t attention_layers = count_layers(mixers, layers, kDefaultMixer);
+  if (!attention.layer_kinds.empty())
+    CP_CHECK_USAGE(static_cast<int64_t>(attention.layer_kinds.size()) == attention_layers,
+                   "model.attention.layer_types: ", attention.layer_kinds.size(), " kinds for ", attention_layers,
+                   " attention layers (one per attention layer, in layer order)");
+  CP_CHECK_USAGE(!attention.has_sliding() || attention.window >= 1,
+                 "model.attention.window: the sliding_attention layers need a window >= 1, got ", attention.window);
   if (!mrope_sections.empty()) {
     int64_t sum = 0;
     for (auto s : mrope_sections) sum += s;
@@ -119,6 +127,7 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
   embed_ = register_module("embed", torch::nn::Embedding(c.vocab, c.hidden));
   embed_->weight.set_data(init_param({c.vocab, c.hidden}, 1.0, c.seed, idx++, dtype, device));
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype).device(device)); };
+  std::map<char, int64_t> seen;  // layers of each mixer so far
   for (int64_t l = 0; l < c.layers; ++l) {
     Layer L;
     // torch::nn parameter names may not contain dots.
@@ -128,6 +137,7 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
     init.heads = c.heads;
     init.kv_heads = c.kv_heads;
     init.head_dim = D;
+    init.mixer_index = seen[c.mixer(l)]++;
     init.normal = [&](const std::string& name, std::vector<int64_t> shape, double stddev) {
       return register_parameter(p + name, init_param(std::move(shape), stddev, c.seed, idx++, dtype, device));
     };
@@ -151,7 +161,8 @@ TinyTransformerImpl::TinyTransformerImpl(const ModelConfig& config, at::ScalarTy
 
 ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_ids,
                                          const std::optional<at::Tensor>& inputs_embeds, const at::Tensor& position_ids,
-                                         const AttentionFn& attention, const MixerContexts& contexts) {
+                                         const AttentionFn& attention, const MixerContexts& contexts,
+                                         const AttentionFn* sliding_attention) {
   const auto& c = config_;
   at::Tensor x = input_ids ? embed_->forward(*input_ids) : *inputs_embeds;
   if (!x.requires_grad()) x.requires_grad_(true);
@@ -161,6 +172,8 @@ ModelOutput TinyTransformerImpl::forward(const std::optional<at::Tensor>& input_
   auto [cos, sin] = rope_tables(position_ids, c, x.scalar_type());
   LayerStep step;
   step.attention = sdpa_hook ? &sdpa_hook : &attention;
+  // The hook carries one attention for every layer: a sliding layer under it has none (refused there).
+  step.sliding_attention = sdpa_hook ? nullptr : sliding_attention;
   step.rope_cos = cos;
   step.rope_sin = sin;
   step.contexts = &contexts;

@@ -61,10 +61,11 @@ class TinyTransformerImpl : public torch::nn::Module {
   // `attention` is called once per attention layer; when the SDPA hook holds an override (see
   // SdpaHookGuard), the override is called instead. `contexts`: how every other mixer's layers run this
   // step (one rank or CP, by letter; Mixer::single_rank_context / cp_context), required for each mixer
-  // the model has that takes one.
+  // the model has that takes one. `sliding_attention`: what the sliding_attention layers call
+  // (model.attention.layer_types), required when the model has any (none under the SDPA hook).
   ModelOutput forward(const std::optional<at::Tensor>& input_ids, const std::optional<at::Tensor>& inputs_embeds,
                       const at::Tensor& position_ids, const AttentionFn& attention,
-                      const MixerContexts& contexts = {});
+                      const MixerContexts& contexts = {}, const AttentionFn* sliding_attention = nullptr);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // The SDPA hook point: empty = call the attention passed to forward().

@@ -1,5 +1,7 @@
 #include "harness/planner/cost_model.hpp"
 
+#include "kernels/transports/window_halo.hpp"
+
 #include <algorithm>
 #include <numeric>
 
@@ -26,7 +28,7 @@ int64_t layer_activation_bytes(const ModelShape& m, int64_t s, int64_t e) {
 }  // namespace
 
 int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, int64_t cp, int64_t element_size,
-                                   const Transport& transport) {
+                                   const Transport& transport, int64_t halo_sent, int64_t halo_received) {
   const int64_t layers = m.attention_layers();
   if (layers == 0) return 0;
   ActivationShape shape;
@@ -37,6 +39,8 @@ int64_t attention_activation_bytes(const ModelShape& m, int64_t local_tokens, in
   shape.local_tokens = local_tokens;
   shape.head_dim = m.head_dim;
   shape.element_size = element_size;
+  shape.halo_sent = halo_sent;
+  shape.halo_received = halo_received;
   return layers * layer_activation_bytes(m, local_tokens, element_size) + transport.peak_activation_bytes(shape);
 }
 
@@ -64,7 +68,7 @@ StreamCache::Entry StreamCache::make(const GlobalLayout& g, const std::vector<in
 }
 
 LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
-                       const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs) {
+                       const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs, bool window_halo) {
   LayoutWork w;
   LayoutRequest req;
   req.cp = W;
@@ -91,6 +95,14 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   }
   const StreamCache::Entry& e = cache.get(g, docs, mask);
   if (ssm_runs) w.runs_per_rank = max_runs_per_rank(g);
+  if (window_halo && mask.kind == MaskSpec::Kind::sliding_window && !layout.packed()) {
+    const kernels::WindowHalo h = kernels::window_halo(g.ranks, mask.window);
+    for (int r = 0; r < static_cast<int>(g.ranks.size()); ++r) {
+      w.halo_sent = std::max(w.halo_sent, h.sent_by(r));
+      w.halo_received = std::max(w.halo_received, h.received_by(r));
+      w.halo_steps = std::max(w.halo_steps, h.steps_of(r));
+    }
+  }
   w.P = g.padded_seq_len;
   w.s = g.local_len();
   w.pairs = mask_area::rank_areas(g, e.visible);
@@ -203,7 +215,10 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   // them this case's shapes, link and compute.
   const auto& t = transport_of_case;
   const int64_t e = element_size;
-  const CallShape call{W, 1, m.heads, m.kv_heads, w.s, m.head_dim, e};
+  CallShape call{W, 1, m.heads, m.kv_heads, w.s, m.head_dim, e};
+  call.halo_sent = w.halo_sent;  // ring_window's (0 unless the mask is a sliding window it runs)
+  call.halo_received = w.halo_received;
+  call.halo_steps = w.halo_steps;
   const int64_t call_bytes = t->bytes_per_call(call);
   const int64_t fwd_bytes = t->forward_bytes_per_call(call);
   CP_CHECK(fwd_bytes >= 0 && call_bytes >= fwd_bytes, "planner: transport ", transport, " reports ", call_bytes,
@@ -246,7 +261,7 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.attention_step_s = c.predicted_step_s;
   c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
   c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
-  c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t);
+  c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t, w.halo_sent, w.halo_received);
   c.fits_memory = r.cluster.memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= r.cluster.memory_bytes;
   return c;
 }

@@ -30,6 +30,9 @@ struct LayoutWork {
   std::vector<int64_t> priced;
   std::vector<std::vector<mask_area::BlockArea>> block_areas;
   int64_t runs_per_rank = 0;  // most contiguous runs of stream positions on a rank (max_runs_per_rank; with ssm_runs)
+  // A sliding-window mask's halo (kernels/transports/window_halo.hpp; with window_halo): the most tokens a
+  // rank sends / receives and the most ring steps it exchanges at (ring_window's CallShape). 0 otherwise.
+  int64_t halo_sent = 0, halo_received = 0, halo_steps = 0;
 };
 inline constexpr size_t kPricedRanks = 8;
 
@@ -53,16 +56,20 @@ class StreamCache {
 // CP size `cp`, element size `element_size`, all attention layers (ModelShape::attention_layers()): what each layer keeps for the backward plus
 // the transport's own buffers (docs/planner.md, item 9). PlanCase::peak_activation_bytes, and
 // admission control (harness/runner/admission.hpp), so the planner and the refusal to start agree.
+// halo_sent / halo_received: ring_window's halo (LayoutWork), 0 for the other transports.
 [[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
-                                                 int64_t element_size, const Transport& transport);
+                                                 int64_t element_size, const Transport& transport,
+                                                 int64_t halo_sent = 0, int64_t halo_received = 0);
 // The same for a registered transport name.
 [[nodiscard]] int64_t attention_activation_bytes(const ModelShape& model, int64_t local_tokens, int64_t cp,
                                                  int64_t element_size, const std::string& transport);
 
 // The layout at W over a row of seq_len tokens with documents `docs` and its work per rank. A layout
 // that rejects the request throws UsageError. `ssm_runs`: also count runs_per_rank (state passing's chunks).
+// `window_halo`: also count a sliding-window mask's halo on an unpacked layout (ring_window is planned).
 [[nodiscard]] LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
-                                     const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs = false);
+                                     const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs = false,
+                                     bool window_halo = false);
 
 // The time one device takes for the unsharded row (one call per layer, all layers) under the request's
 // kernel model and pass: what a case's ideal_s divides by W. `row_pairs` = visible pairs of the row,

@@ -132,12 +132,21 @@ Plan make_plan(const PlanRequest& request) {
   const std::vector<std::string> transports = attention ? r.transports : std::vector<std::string>{"none"};
   if (!attention) note("the model has no attention layer: no attention transport is planned");
 
+  // A window-only transport (ring_window) is priced when asked for, on the masks and layouts it runs.
+  bool window_planned = false;
+  for (const auto& t : transports) {
+    const auto& window = window_transports();
+    if (std::find(window.begin(), window.end(), t) == window.end()) continue;
+    window_planned = true;
+    const std::string why = make_transport(t)->unsupported_reason(res.mask, at::TensorOptions().dtype(at::kFloat), 1);
+    if (!why.empty()) note(t + " not planned: " + why);
+  }
   for (int64_t W : r.cps) {
     StreamCache cache;
     for (const auto& sharder : r.sharders) {
       const auto layout = make_layout(sharder);
       const LayoutWork w =
-          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, linear);
+          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, linear, window_planned);
       // The SSM strategies that can run this layout at W, each priced once (the same for every transport).
       std::vector<SsmCase> ssm_cases;
       for (const auto& strategy : r.ssm_strategies) {
@@ -162,8 +171,13 @@ Plan make_plan(const PlanRequest& request) {
           const double ideal = total_time / static_cast<double>(W);
           PlanCase base;
           if (attention) {
-            const std::string why =
-                make_transport(transport, TransportOptions{u})->unsupported_heads(W, m.heads, m.kv_heads);
+            const auto t = make_transport(transport, TransportOptions{u});
+            if (!t->unsupported_reason(res.mask, at::TensorOptions().dtype(at::kFloat), W).empty()) continue;
+            if (const std::string why = t->unsupported_layout(*layout); !why.empty()) {
+              note("not planned at cp=" + std::to_string(W) + ": " + transport + ": " + why);
+              continue;
+            }
+            const std::string why = t->unsupported_heads(W, m.heads, m.kv_heads);
             if (!why.empty()) {
               note("not planned at cp=" + std::to_string(W) + ": " + why);
               continue;

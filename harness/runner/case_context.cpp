@@ -53,6 +53,11 @@ void setup_case(CaseContext& x, RankRuntime& rt) {
   x.routing = attention_routing(layout_name);
   x.transport = make_transport(c.transport, c.transport_options());
   if (x.control) x.transport = x.control->wrap(x.transport, ControlSite{x.cp_rank, c.cp, c.dtype});
+  if (x.s.model.attention.has_sliding()) {
+    x.sliding_transport = c.sliding_transport.empty() ? make_transport(c.transport, c.transport_options())
+                                                      : make_transport(c.sliding_transport);
+    if (x.control) x.sliding_transport = x.control->wrap(x.sliding_transport, ControlSite{x.cp_rank, c.cp, c.dtype});
+  }
   x.scale = 1.0 / std::sqrt(static_cast<double>(x.s.model.head_dim()));
   x.nvtx = nvtx::prefix(c.sharder);
   for (const auto& p : x.model->named_parameters()) x.params.emplace_back(p.key(), p.value());

@@ -63,6 +63,9 @@ struct CaseContext {
   // The transport the model's attention calls: the case's, wrapped by the control on the ranks it
   // breaks.
   std::shared_ptr<const Transport> transport;
+  // The sliding_attention layers' (CaseSpec::transport_of_sliding, wrapped the same way); null when the
+  // model has none.
+  std::shared_ptr<const Transport> sliding_transport;
   double scale = 0;  // softmax scale 1/sqrt(head_dim)
   std::string nvtx;  // "cp:<sharder>"
   std::vector<std::pair<std::string, at::Tensor>> params;

@@ -24,6 +24,7 @@
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/core/nvtx.hpp"
+#include "sharders/registry.hpp"
 
 namespace cpbench {
 
@@ -36,6 +37,7 @@ RunResult result_skeleton(const ScenarioSpec& s, const CaseSpec& c) {
             {"dp", std::to_string(c.dp)},  {"mask", c.mask.to_string()}, {"dtype", dtype_name(c.dtype)},
             {"device", to_string(s.device)}};
   if (c.ulysses > 0) r.axes["ulysses"] = std::to_string(c.ulysses);
+  if (!c.sliding_transport.empty()) r.axes["transport_sliding"] = c.sliding_transport;
   for (const Mixer* m : mixers_in(s.model.mixers))
     if (!m->strategy_axis().empty()) r.axes[m->strategy_axis()] = c.mixer_strategy(*m);
   return r;
@@ -58,6 +60,19 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
   const std::string why = make_transport(c.transport, c.transport_options())->unsupported_reason(c.mask, opts, c.cp);
   if (!why.empty()) return c.transport + ": " + why;
+  if (s.model.attention.has_sliding()) {
+    // The sliding_attention layers: their transport, their mask, the layout it must read.
+    const Control* control = case_control(c);
+    const std::string layout = control ? control->layout() : c.sharder;
+    if (attention_routing(layout) == AttentionRouting::sdpa_hook)
+      return c.sharder + ": the SDPA hook carries one attention for every layer; sliding_attention layers "
+                         "(model.attention.layer_types) need the transport routing";
+    const auto t = c.sliding_transport.empty() ? make_transport(c.transport, c.transport_options())
+                                               : make_transport(c.sliding_transport);
+    std::string sliding_why = t->unsupported_reason(c.sliding_mask, opts, c.cp);
+    if (sliding_why.empty()) sliding_why = t->unsupported_layout(*make_layout(layout));
+    if (!sliding_why.empty()) return c.transport_of_sliding() + " (sliding layers): " + sliding_why;
+  }
   return "";
 }
 

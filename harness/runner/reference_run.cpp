@@ -20,14 +20,23 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   const comm::Communicator one;  // a world of one: nothing travels
   const auto w1 = make_transport("allgather");
   std::shared_ptr<const kernels::PlanCache> plans;
+  const bool sliding = x.s.model.attention.has_sliding();
+  std::shared_ptr<const kernels::PlanCache> sliding_plans;
   if (cp_kernels) plans = w1->make_plans(x.c.mask, m, m, {}, 0, 1, x.device);
-  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
-    if (!cp_kernels) return local_attention(q, k, v, m, m, x.c.mask, x.scale, sinks);
-    AttentionContext ctx{&one, x.c.mask, m, m, x.scale, nullptr, "", plans,
-                         x.s.kernels == AttentionKernels::tiled, {}, x.s.kernels == AttentionKernels::flash_numerics};
-    ctx.sinks = sinks;
-    return w1->attend(q, k, v, ctx);
+  if (cp_kernels && sliding) sliding_plans = w1->make_plans(x.c.sliding_mask, m, m, {}, 0, 1, x.device);
+  // One attention per mask: the case's (full layers) and, with layer_types, the sliding layers' window.
+  const auto attention_with = [&](const MaskSpec& mask, const std::shared_ptr<const kernels::PlanCache>& mask_plans) {
+    return AttentionFn([&, mask, mask_plans](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& sinks) {
+      if (!cp_kernels) return local_attention(q, k, v, m, m, mask, x.scale, sinks);
+      AttentionContext ctx{&one, mask, m, m, x.scale, nullptr, "", mask_plans,
+                           x.s.kernels == AttentionKernels::tiled, {}, x.s.kernels == AttentionKernels::flash_numerics};
+      ctx.sinks = sinks;
+      return w1->attend(q, k, v, ctx);
+    });
   };
+  const AttentionFn attn = attention_with(x.c.mask, plans);
+  const AttentionFn sliding_attn = attention_with(x.c.sliding_mask, sliding_plans);
   const Batch& b = data.batch;
   at::Tensor embeds;
   if (b.inputs_embeds) embeds = b.inputs_embeds->clone();
@@ -36,7 +45,7 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
     if (auto ctx = mixer->single_rank_context(x.s.model, m, x.c.mask, model->parameters()[0].scalar_type(), x.device))
       contexts.emplace(mixer->letter(), std::move(ctx));
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
-                                   *b.position_ids, attn, contexts);
+                                   *b.position_ids, attn, contexts, sliding ? &sliding_attn : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
   loss.backward();
   Outputs ref;

@@ -56,6 +56,7 @@ std::string CaseSpec::name() const {
   std::string n =
       sharder + "/" + t + "/cp" + std::to_string(cp) + "/" + mask.to_string() + "/" + dtype_name(dtype);
   if (dp > 1) n += "/dp" + std::to_string(dp);
+  if (!sliding_transport.empty()) n += "/sliding-" + sliding_transport;
   for (const auto& m : mixers())
     if (!m->strategy_axis().empty()) n += m->case_suffix(mixer_strategy(*m));
   return n;
@@ -97,6 +98,7 @@ using namespace yaml_read;
 
 struct Axes {
   std::vector<std::string> sharder, transport, mask, dtype, expect;
+  std::vector<std::string> transport_sliding{""};  // "": the sliding layers run `transport`
   std::map<std::string, std::vector<std::string>> mixer_cp;  // by a mixer's strategy axis
   std::vector<int64_t> cp, dp, ulysses;  // ulysses empty: not given
   std::vector<std::string> routes;       // not an axis: every case of the block gets the list
@@ -121,7 +123,8 @@ std::vector<std::map<std::string, std::string>> strategy_combinations(
 }
 
 Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const Axes& defaults) {
-  std::vector<std::string> keys{"sharder", "transport", "ulysses", "cp", "dp", "mask", "dtype", "expect", "routes"};
+  std::vector<std::string> keys{"sharder", "transport", "transport_sliding", "ulysses", "cp", "dp",
+                                "mask",    "dtype",     "expect",            "routes"};
   for (const auto& m : mixers())
     if (!m->strategy_axis().empty()) keys.push_back(m->strategy_axis());
   check_keys(c, n, path, keys);
@@ -185,6 +188,12 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
     a.mixer_cp[axis] = read_str_list(c, n[axis], sub(axis.c_str()), strategy_ok);
   }
   if (n["transport"]) a.transport = read_str_list(c, n["transport"], sub("transport"), transport_ok);
+  if (n["transport_sliding"]) {
+    a.transport_sliding = read_str_list(c, n["transport_sliding"], sub("transport_sliding"), transport_ok);
+    for (const auto& t : a.transport_sliding)
+      if (takes_ulysses(t))
+        c.fail(sub("transport_sliding"), t + " takes a Ulysses degree; the sliding layers run a transport without one");
+  }
   if (n["mask"]) a.mask = read_str_list(c, n["mask"], sub("mask"), mask_ok);
   if (n["dtype"]) a.dtype = read_str_list(c, n["dtype"], sub("dtype"), dtype_ok);
   if (n["expect"]) a.expect = read_str_list(c, n["expect"], sub("expect"), expect_ok);
@@ -192,6 +201,22 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
   if (n["dp"]) a.dp = read_int_list(c, n["dp"], sub("dp"), 1);
   if (n["ulysses"]) a.ulysses = read_int_list(c, n["ulysses"], sub("ulysses"), 1);
   return a;
+}
+
+// A model with sliding_attention layers: their mask is the causal window (the case's mask is the full
+// layers'), so the case's must be causal too (a document or full mask has no windowed twin). A
+// transport_sliding needs such layers.
+void check_sliding(const Ctx& c, const std::string& where, const ModelConfig& model, CaseSpec& cs) {
+  if (!model.attention.has_sliding()) {
+    if (!cs.sliding_transport.empty())
+      c.fail(where + ".transport_sliding", "the model has no sliding_attention layers (model.attention.layer_types)");
+    return;
+  }
+  if (cs.mask.kind != MaskSpec::Kind::causal)
+    c.fail(where + ".mask", "the model has sliding_attention layers (model.attention.layer_types): their mask is "
+                            "sliding_window:" + std::to_string(model.attention.window) +
+                            ", which is causal; the full layers' mask must be causal too, got " + cs.mask.to_string());
+  cs.sliding_mask = layer_mask(AttentionKind::sliding, cs.mask, model.attention.window);
 }
 
 }  // namespace
@@ -315,7 +340,7 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
   defaults.mask = {"causal"};
   defaults.dtype = {"float64"};
   defaults.expect = {"match"};
-  std::vector<std::string> top_keys{"mask", "dtype", "expect", "routes"};
+  std::vector<std::string> top_keys{"mask", "dtype", "expect", "routes", "transport_sliding"};
   for (const auto& m : mixers())
     if (!m->strategy_axis().empty()) {
       defaults.mixer_cp[m->strategy_axis()] = {m->strategies().front()};
@@ -378,16 +403,19 @@ ScenarioSpec parse_scenario(const std::string& text, const std::string& file, co
                                               std::to_string(s.model.kv_heads) + ")");
           for (auto dp : a.dp)
             for (const auto& mk : a.mask)
+              for (const auto& ts : a.transport_sliding)
               for (const auto& dt : a.dtype)
                 for (const auto& ex : a.expect)
                 for (const auto& strategies : strategy_combinations(a.mixer_cp)) {
                   CaseSpec cs;
                   cs.sharder = find_control(sh) ? sh : make_layout(sh)->name();  // aliases resolve to the canonical name
                   cs.transport = tr;
+                  cs.sliding_transport = ts;
                   cs.ulysses = ul;
                   cs.cp = cp;
                   cs.dp = dp;
                   cs.mask = MaskSpec::parse(mk);
+                  check_sliding(c, where, s.model, cs);
                   cs.dtype = parse_dtype(dt);
                   cs.expect = ex == "mismatch" ? Expect::mismatch : Expect::match;
                   cs.mixer_cp = strategies;

@@ -40,6 +40,13 @@ struct CaseSpec {
   int64_t index = 0;        // position in the scenario's expanded case list
   std::string sharder;      // canonical registry name
   std::string transport;    // registry name
+  // The sliding_attention layers' transport (the `transport_sliding` axis; model.attention.layer_types):
+  // registry name, "" = `transport`. Their mask is sliding_mask.
+  std::string sliding_transport;
+  MaskSpec sliding_mask{MaskSpec::Kind::sliding_window, 0};  // window 0: the model has no sliding layers
+  [[nodiscard]] const std::string& transport_of_sliding() const {
+    return sliding_transport.empty() ? transport : sliding_transport;
+  }
   int64_t ulysses = 0;      // hybrid's Ulysses degree (divides cp); 0 for every other transport
   int64_t cp = 1;
   int64_t dp = 1;
@@ -56,7 +63,8 @@ struct CaseSpec {
   [[nodiscard]] int64_t world_size() const { return cp * dp; }
   [[nodiscard]] TransportOptions transport_options() const { return TransportOptions{ulysses}; }
   // "load_balanced/ring/cp2/causal/float64" (+ "/dp2" when dp > 1, + each mixer's Mixer::case_suffix for
-  // a strategy other than its default, e.g. "/state_passing"; hybrid: "hybrid-u2" for ulysses 2)
+  // a strategy other than its default, e.g. "/state_passing"; hybrid: "hybrid-u2" for ulysses 2; + "/sliding-<t>"
+  // for a transport_sliding t)
   [[nodiscard]] std::string name() const;
 };
 

@@ -1,5 +1,6 @@
 #include "harness/runner/scenario_model.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -58,7 +59,45 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
     m.heads = m.kv_heads = 1;  // no attention layer: the test model's attention sizes are unused
   }
   static_cast<MixerConfigs&>(m) = h;
+  // Its layer_types / sliding window: one kind per attention layer (HfModel::sliding is per mixer layer).
+  if (h.sliding_layers() > 0) {
+    m.attention.layer_kinds.clear();
+    for (size_t l = 0; l < h.mixers.size(); ++l)
+      if (h.mixers[l] == kDefaultMixer)
+        m.attention.layer_kinds.push_back(h.sliding[l] ? AttentionKind::sliding : AttentionKind::full);
+    m.attention.window = h.sliding_window;
+  }
   return m;
+}
+
+// model.attention's list keys (not ConfigFields): the per-layer kinds and the sliding window.
+const std::vector<std::string> kAttentionKindKeys{"layer_types", "window"};
+
+// model.attention.layer_types: [full_attention | sliding_attention, ...], one per attention layer;
+// model.attention.window: N >= 1, required with a sliding layer and refused without one. Given here,
+// they replace a model.config's own.
+void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelConfig& model) {
+  if (a["layer_types"]) {
+    const auto names = read_str_list(c, a["layer_types"], "model.attention.layer_types",
+                                     [&](const std::string& path, const std::string& v) {
+                                       const auto known = attention_kind_names();
+                                       if (std::find(known.begin(), known.end(), v) == known.end())
+                                         c.fail(path, "unknown attention kind \"" + v +
+                                                          "\"; known: full_attention, sliding_attention");
+                                     });
+    model.attention.layer_kinds.clear();
+    for (const auto& n : names) model.attention.layer_kinds.push_back(parse_attention_kind(n, "model.attention.layer_types"));
+    const int64_t attention_layers = count_layers(model.mixers, model.layers, kDefaultMixer);
+    if (static_cast<int64_t>(names.size()) != attention_layers)
+      c.fail("model.attention.layer_types", std::to_string(names.size()) + " kinds for the model's " +
+                                                std::to_string(attention_layers) +
+                                                " attention layers (one per attention layer, in layer order)");
+  }
+  if (a["window"]) model.attention.window = read_int(c, a["window"], "model.attention.window", 1);
+  if (model.attention.has_sliding() && model.attention.window < 1)
+    c.fail("model.attention.window", "missing: model.attention.layer_types has sliding_attention layers");
+  if (!model.attention.has_sliding() && a["window"])
+    c.fail("model.attention.window", "the model has no sliding_attention layers (model.attention.layer_types)");
 }
 
 }  // namespace
@@ -93,7 +132,10 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
       for (const auto& f : fields) list += (list.empty() ? "" : ", ") + f;
       c.fail("model." + key, "expected a mapping of " + list + ", got " + yaml_read::scalar_text(node));
     }
-    check_keys(c, node, "model." + key, fields);
+    const auto kind_keys = mixer->letter() == kDefaultMixer ? kAttentionKindKeys : std::vector<std::string>{};
+    std::vector<std::string> allowed = fields;
+    allowed.insert(allowed.end(), kind_keys.begin(), kind_keys.end());
+    check_keys(c, node, "model." + key, allowed);
     for (const auto& f : mixer->config_fields(defaults)) {
       if (!node[f.name]) continue;
       const std::string path = "model." + key + "." + f.name;
@@ -134,6 +176,7 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   if (m["rope_theta"]) model.rope_theta = static_cast<double>(read_int(c, m["rope_theta"], "model.rope_theta", 1));
   if (m["mrope_sections"]) model.mrope_sections = read_int_list(c, m["mrope_sections"], "model.mrope_sections", 1);
   if (m["seed"]) model.seed = static_cast<uint64_t>(read_int(c, m["seed"], "model.seed", 0));
+  if (m["attention"] && m["attention"].IsMap()) read_attention_kinds(c, m["attention"], model);
   // A mixer's yes/no key turned on for a model without that mixer's layers would run nothing.
   for (const auto& mixer : mixers()) {
     const auto it = sizes.find(mixer->config_key());

@@ -90,7 +90,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   Batch local;
   TokenMeta local_meta, all_meta;
   at::Tensor global_index;  // the layout's map: global stream position of each rank-order column
-  std::shared_ptr<const kernels::PlanCache> plans;
+  std::shared_ptr<const kernels::PlanCache> plans, sliding_plans;
   MixerContexts contexts;               // the non-attention mixers', by letter
   SectionClock mixer_clock(x.device);  // their sections
   {
@@ -109,6 +109,9 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     global_index = at::tensor(rank_order, at::kLong);
     plans = x.transport->make_plans(c.mask, local_meta, all_meta, global_index, x.cp_rank, static_cast<int>(c.cp),
                                     x.device);
+    if (x.sliding_transport)  // the sliding_attention layers' plans: their mask, their transport's form
+      sliding_plans = x.sliding_transport->make_plans(c.sliding_mask, local_meta, all_meta, global_index, x.cp_rank,
+                                                      static_cast<int>(c.cp), x.device);
     // The other mixers' step contexts (index maps, scan plans, the strategy's exchanges), once per step.
     for (const Mixer* m : mixers_in(x.s.model.mixers)) {
       CpStepInputs in;
@@ -142,6 +145,15 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     call.sinks = sinks;
     return x.transport->attend(q, k, v, call);
   };
+  AttentionContext sliding_ctx = ctx;  // model.attention.layer_types: the sliding layers' mask and plans
+  sliding_ctx.mask = c.sliding_mask;
+  sliding_ctx.plans = sliding_plans;
+  AttentionFn cp_sliding = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
+    AttentionContext call = sliding_ctx;
+    call.sinks = sinks;
+    return x.sliding_transport->attend(q, k, v, call);
+  };
+  const AttentionFn* sliding_fn = x.sliding_transport ? &cp_sliding : nullptr;
   x.model->zero_grad();
   {
     nvtx::Range range{x.nvtx, "forward"};
@@ -155,7 +167,8 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
       SdpaHookGuard guard(*x.model, cp_attn);
       st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, local_attn, contexts);
     } else {
-      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, contexts);
+      st.out = x.model->forward(local.input_ids, local.inputs_embeds, *local.position_ids, cp_attn, contexts,
+                                sliding_fn);
     }
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);

@@ -122,10 +122,14 @@ void Communicator::recv(at::Tensor& t, int src, int tag) const {
 Communicator::Exchange Communicator::post_exchange(const at::Tensor& send_buf, int dst, at::Tensor& recv_buf,
                                                    int src, int tag) const {
   Exchange ex;
-  logged("sendrecv", send_buf);
+  const bool sending = send_buf.numel() > 0, receiving = recv_buf.numel() > 0;
+  if (sending) logged("sendrecv", send_buf);
   std::vector<at::Tensor> s{send_buf};
   std::vector<at::Tensor> r{recv_buf};
-  if (is_gloo()) {
+  if (!sending || !receiving) {  // one side only (a halo exchange's empty half), or nothing
+    if (receiving) ex.works.push_back(backend_->recv(r, src, tag));
+    if (sending) ex.works.push_back(backend_->send(s, dst, tag));
+  } else if (is_gloo()) {
     // Gloo has no coalescing: post the receive first so a rendezvous-style transport never waits on
     // an unposted receive; both run on Gloo's own threads.
     ex.works.push_back(backend_->recv(r, src, tag));

@@ -61,6 +61,8 @@ class Communicator {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     void wait();
   };
+  // An empty send_buf or recv_buf (numel 0) is not posted: its side of the exchange is skipped (the
+  // peer must skip its matching side too).
   [[nodiscard]] Exchange post_exchange(const at::Tensor& send_buf, int dst, at::Tensor& recv_buf, int src,
                                        int tag = 0) const;
   void barrier() const;

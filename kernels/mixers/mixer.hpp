@@ -39,6 +39,7 @@ using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tens
 // part of a mixer's contract: it fixes every value). Every rank builds identical ones.
 struct LayerInit {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;  // the model's own dimensions
+  int64_t mixer_index = 0;  // this layer's index among the model's layers of its mixer (0-based)
   // N(0, stddev) of `shape`, in the model's dtype.
   std::function<at::Tensor(const std::string& name, std::vector<int64_t> shape, double stddev)> normal;
   // mean + N(0, stddev) of [n], drawn in float64, then in the model's dtype.
@@ -50,6 +51,8 @@ struct LayerInit {
 // What a layer's forward is given besides its input.
 struct LayerStep {
   const AttentionFn* attention = nullptr;  // the attention at the hook point (attention layers)
+  // The sliding_attention layers' (model.attention.layer_types); null: `attention` for every layer.
+  const AttentionFn* sliding_attention = nullptr;
   at::Tensor rope_cos, rope_sin;            // [B, 1, S, head_dim/2] (attention layers)
   const MixerContexts* contexts = nullptr;  // the step's contexts, by letter (the other mixers)
 };

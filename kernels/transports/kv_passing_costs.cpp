@@ -84,6 +84,47 @@ CallTime ring_time(const CallCostInputs& in) {
   return t;
 }
 
+int64_t windowed_ring_forward_bytes(const CallShape& c) {
+  return c.halo_sent * kv_block_bytes(c.batch, c.kv_heads, 1, c.head_dim, c.element_size);
+}
+
+int64_t windowed_ring_bytes(const CallShape& c) {
+  const auto [kvt, dkvt] = kv_blocks(c.batch, c.kv_heads, 1, c.head_dim, c.element_size);
+  return c.halo_sent * kvt + c.halo_received * dkvt;
+}
+
+CallTime windowed_ring_time(const CallCostInputs& in) {
+  const RankPassTimes p = rank_pass_times(in);
+  CallTime t = compute_only(p);
+  if (in.cp <= 1) return t;
+  const double steps = static_cast<double>(in.call.halo_steps > 0 ? in.call.halo_steps : in.cp - 1);
+  const double a = in.latency_s, B = in.bandwidth;
+  const double t_f = steps * a + in.fwd_bytes / B, t_b = steps * a + in.bwd_bytes / B;
+  double worst = 0, worst_f = 0;
+  for (size_t r = 0; r < p.fwd.size(); ++r) {
+    const double c = in.c_fwd.empty() ? in.c_fwd_max : in.c_fwd[r];
+    const double local = in.c_local.empty() ? c / static_cast<double>(in.cp) : in.c_local[r];
+    const double local_b = kBackwardFactor * local;
+    const double fwd = std::max(t_f, local + in.contention * t_f) + (p.fwd[r] - local);
+    const double bwd = std::max(t_b, local_b + in.contention * t_b) + std::max(0.0, p.bwd[r] - local_b);
+    worst_f = std::max(worst_f, fwd);
+    worst = std::max(worst, fwd + bwd);
+  }
+  t.forward_s = worst_f;
+  t.forward_exposed_s = worst_f - p.fwd_max;
+  t.step_s = worst;
+  t.exposed_s = t.step_s - (p.fwd_max + p.bwd_max);
+  t.transfer_s = t_f + t_b;
+  return t;
+}
+
+int64_t windowed_ring_peak_activation_bytes(const ActivationShape& a) {
+  if (a.cp <= 1) return 0;
+  const auto [kv, dkv] = kv_blocks(a.batch, a.kv_heads, a.local_tokens, a.head_dim, a.element_size);
+  const auto [kvt, dkvt] = kv_blocks(a.batch, a.kv_heads, 1, a.head_dim, a.element_size);
+  return a.layers * a.halo_received * kvt + kv + dkv + (a.halo_sent + a.halo_received) * dkvt;
+}
+
 RingExposure ring_exposure(const CallCostInputs& in, int64_t positions, double fwd_bytes, double bwd_bytes, double f,
                            double b) {
   RingExposure e;

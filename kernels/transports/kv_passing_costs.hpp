@@ -47,6 +47,19 @@ struct KvBlocks {
 // two alternating K/V receive buffers and the two dK/dV partial sums (the one received, the one sent).
 [[nodiscard]] int64_t ring_peak_activation_bytes(const ActivationShape& a);
 
+// ring_window, the sliding layers' ring (its halo: CallShape::halo_sent / halo_received / halo_steps, from
+// window_halo.hpp). Forward: the K/V of the halo it sends; backward: the dK/dV of the halo it received,
+// sent home in the accumulation dtype. Set by the window, not by S.
+[[nodiscard]] int64_t windowed_ring_bytes(const CallShape& c);
+[[nodiscard]] int64_t windowed_ring_forward_bytes(const CallShape& c);
+// Every step's exchange is posted before the local block, which it overlaps (slowed by `contention`);
+// the halo blocks wait for it. The backward's dK/dV exchanges likewise overlap its local block.
+// in.call.halo_steps is the latency count (0: the W - 1 of a ring).
+[[nodiscard]] CallTime windowed_ring_time(const CallCostInputs& in);
+// Each layer keeps the halo it received for its backward; at the peak the backward also holds one
+// block the halo is scattered into, its dK/dV, and the dK/dV halos sent and received.
+[[nodiscard]] int64_t windowed_ring_peak_activation_bytes(const ActivationShape& a);
+
 // The ring's exposure over `positions` ring positions (R - 1 hops) that send fwd_bytes / bwd_bytes
 // in all while the slowest position computes f / b seconds per pass, spread evenly over its R steps
 // (in: latency, bandwidth, contention). Seconds; all 0 for one position.

@@ -12,6 +12,7 @@ struct Entry {
   std::function<std::shared_ptr<const Transport>(const TransportOptions&)> make;
   bool negative_control = false;  // wrong on purpose: scenarios run it with `expect: mismatch`
   bool takes_ulysses = false;     // configured by TransportOptions::ulysses
+  bool window_only = false;       // runs sliding_window masks only (window_transports(), not known_transports())
 };
 
 // One line per transport; each lives in its own file.
@@ -19,6 +20,8 @@ const std::vector<Entry>& entries() {
   static const std::vector<Entry> all = {
       {"allgather", [](const TransportOptions&) { return kernels::make_allgather_transport(); }},
       {"ring", [](const TransportOptions&) { return kernels::make_ring_transport(); }},
+      {"ring_window", [](const TransportOptions&) { return kernels::make_windowed_ring_transport(); }, false, false,
+       true},
       {"a2a", [](const TransportOptions&) { return kernels::make_a2a_transport(false); }},
       {"hybrid", kernels::make_hybrid_transport, false, true},
       {"a2a_rank_order", [](const TransportOptions&) { return kernels::make_a2a_rank_order_transport(); }, true},
@@ -29,9 +32,10 @@ const std::vector<Entry>& entries() {
 const Entry& entry(const std::string& name) {
   for (const auto& e : entries())
     if (e.name == name) return e;
-  std::string known;
-  for (const auto& e : entries()) known += (known.empty() ? "" : ", ") + e.name;
-  throw UsageError("unknown attention transport '" + name + "' (known: " + known + ")");
+  std::string known, window;
+  for (const auto& e : entries()) (e.window_only ? window : known) += ((e.window_only ? window : known).empty() ? "" : ", ") + e.name;
+  throw UsageError("unknown attention transport '" + name + "' (known: " + known + "); for sliding-window layers: " +
+                   window);
 }
 }  // namespace
 
@@ -44,7 +48,15 @@ std::shared_ptr<const Transport> make_transport(const std::string& name, const T
 
 std::vector<std::string> known_transports() {
   std::vector<std::string> names;
-  for (const auto& e : entries()) names.push_back(e.name);
+  for (const auto& e : entries())
+    if (!e.window_only) names.push_back(e.name);
+  return names;
+}
+
+std::vector<std::string> window_transports() {
+  std::vector<std::string> names;
+  for (const auto& e : entries())
+    if (e.window_only) names.push_back(e.name);
   return names;
 }
 
@@ -53,7 +65,7 @@ bool is_negative_control_transport(const std::string& name) { return entry(name)
 std::vector<std::string> planned_transports() {
   std::vector<std::string> names;
   for (const auto& e : entries())
-    if (!e.negative_control) names.push_back(e.name);
+    if (!e.negative_control && !e.window_only) names.push_back(e.name);
   return names;
 }
 

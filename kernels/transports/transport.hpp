@@ -72,6 +72,7 @@ void resolve_device_times(AttentionStats& stats, const comm::DeviceTime& anchor,
 namespace kernels {
 class PlanCache;
 }  // namespace kernels
+class Layout;
 
 struct AttentionContext {
   const comm::Communicator* comm = nullptr;  // the CP group (size W); never null
@@ -122,6 +123,10 @@ struct AttentionContext {
 // One attention call of one rank, as the bytes formulas see it (element_size: bytes per q/k/v element).
 struct CallShape {
   int64_t cp = 1, batch = 1, q_heads = 1, kv_heads = 1, local_tokens = 0, head_dim = 0, element_size = 2;
+  // ring_window only (the sliding layers' halo, kernels/transports/window_halo.hpp): tokens of its own
+  // block this rank sends, tokens of other ranks' blocks it receives, and the ring steps it exchanges
+  // at, per pass. 0 for every other transport.
+  int64_t halo_sent = 0, halo_received = 0, halo_steps = 0;
 };
 
 // One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
@@ -181,6 +186,7 @@ struct RankPassTimes {
 struct ActivationShape {
   int64_t cp = 1, layers = 1, batch = 1, q_heads = 0, kv_heads = 0, local_tokens = 0, head_dim = 0;
   int64_t element_size = 2;  // bytes per K/V element (dK/dV: the accumulation dtype, see below)
+  int64_t halo_sent = 0, halo_received = 0;  // ring_window only: as in CallShape
 };
 
 // How a transport instance is configured beyond its name (scenario keys; the planner's sweep).
@@ -205,6 +211,9 @@ class Transport {
   // group): W for a2a, U for hybrid, 1 for the sequence-parallel transports. The planner averages the
   // layout's per-rank attention FLOPs over such groups; the runner measures the same.
   [[nodiscard]] virtual int64_t head_parallel_degree(int64_t /*cp*/) const { return 1; }
+  // Empty if this transport can run on `layout`'s token order; otherwise the reason (ring_window reads
+  // the mask's positions as stream positions, which a packed layout's are not).
+  [[nodiscard]] virtual std::string unsupported_layout(const Layout& /*layout*/) const { return ""; }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;
   // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by
@@ -244,6 +253,9 @@ class Transport {
 //                                     attention (one block), all-to-all back (head_parallel.hpp).
 //   hybrid     kernels/transports/hybrid.cpp     Ulysses x ring: all-to-all inside groups of U consecutive ranks, the
 //                                     ring code across the W/U groups, all-to-all back.
+//   ring_window kernels/transports/windowed_ring.cpp  sliding-window masks only: the ring's steps cut to those
+//                                     the window reaches, each sending only the halo (the keys the receiver's
+//                                     queries see); halos kept for the backward, dK/dV of the halo sent home.
 //   a2a_rank_order (a2a_rank_order.cpp): negative control, a2a with rank order taken for global order.
 // All skip key blocks whose mask is empty and run all-visible blocks without a mask tensor.
 //
@@ -259,6 +271,11 @@ class Transport {
 //   with f_r = c_fwd_r + merge_fwd_r, b_r = c_bwd_r + merge_bwd_r (defaults: c_r and 2.5 c_r), f and b
 //   their maxima over ranks, w = contention (0 by default: the formulas of a pure pairs model)
 //   peak activation     allgather layers*(W-1)*kv + W*dkv         ring 2*kv + 2*dkv
+// ring_window (sliding-window layers; window_halo.hpp gives h_s / h_r, the tokens a rank sends / receives,
+// and n, its ring steps; kvt, dkvt: kv and dkv of one token):
+//   bytes h_s*kvt + h_r*dkvt (the halo's K/V forward, its dK/dV home in the backward), forward h_s*kvt
+//   step_s as allgather's with T_ag = n a + fwd/Bw for both passes (every step posted before the local block)
+//   peak activation  layers*h_r*kvt (halos kept for the backward) + kv + dkv + (h_s + h_r)*dkvt
 // Head-parallel (U = W for a2a, R = W/U ring positions, Hk = lcm(Hkv, U) replicated kv heads, kv' and
 // dkv' the blocks above with Hk, A = (U-1)/U * B*S*D*e * 2*(Hq + Hk) one pass's two all-to-alls):
 //   bytes 2A + (R-1)(2 kv' + dkv'); forward A + (R-1) kv'
@@ -271,8 +288,12 @@ class Transport {
 // planner and the CLI list known_transports(). Unknown names throw UsageError listing the known ones.
 [[nodiscard]] std::shared_ptr<const Transport> make_transport(const std::string& name,
                                                             const TransportOptions& options = {});
-// Every registered name, negative controls included (they are wrong on purpose: see below).
+// Every registered name that runs every mask, negative controls included (they are wrong on purpose: see
+// below). make_transport also takes the window_transports().
 [[nodiscard]] std::vector<std::string> known_transports();
+// The transports that run sliding_window masks only (ring_window): the sliding_attention layers' choice
+// (the scenario's transport_sliding), priced by the planner for sliding-window masks.
+[[nodiscard]] std::vector<std::string> window_transports();
 // True for transports registered as negative controls (the planner and recommendations skip them).
 [[nodiscard]] bool is_negative_control_transport(const std::string& name);
 // known_transports() without the negative controls: what the planner prices.

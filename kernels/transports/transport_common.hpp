@@ -114,6 +114,7 @@ void merge_sink(const TransportState& st, at::Tensor& out, at::Tensor& lse, cons
 // Factories behind the registry (kernels/transports/registry.cpp).
 [[nodiscard]] std::shared_ptr<const Transport> make_allgather_transport();
 [[nodiscard]] std::shared_ptr<const Transport> make_ring_transport();
+[[nodiscard]] std::shared_ptr<const Transport> make_windowed_ring_transport();
 [[nodiscard]] std::shared_ptr<const Transport> make_a2a_transport(bool rank_order_positions);
 [[nodiscard]] std::shared_ptr<const Transport> make_a2a_rank_order_transport();
 [[nodiscard]] std::shared_ptr<const Transport> make_hybrid_transport(const TransportOptions& options);

@@ -6,7 +6,8 @@
 // out = a W_o. Parameters: attn_norm [hidden], wq [Hq*D, hidden], wk, wv [Hkv*D, hidden], wo [hidden, Hq*D];
 // with model.attention.sinks, sinks [Hq] (one learned logit per query head in every query's softmax,
 // drawn N(0, kSinkInitStddev) after wo; the transports apply it once after their merge,
-// kernels/attention/sink.hpp, the reference as an extra softmax column).
+// kernels/attention/sink.hpp, the reference as an extra softmax column). With model.attention.layer_types
+// a layer is full or sliding (attention_kind.hpp): a sliding layer calls LayerStep::sliding_attention.
 #include <cmath>
 
 #include "kernels/attention/sink.hpp"
@@ -26,7 +27,8 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 class AttentionLayer final : public MixerLayer {
  public:
-  AttentionLayer(const LayerInit& in, bool sinks) : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim) {
+  AttentionLayer(const LayerInit& in, bool sinks, AttentionKind kind)
+      : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim), kind_(kind) {
     const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
     norm_ = in.ones("attn_norm", in.hidden);
     wq_ = in.normal("wq", {heads_ * head_dim_, in.hidden}, s_in);
@@ -45,12 +47,18 @@ class AttentionLayer final : public MixerLayer {
     const at::Tensor v = at::linear(h, wv_).view({B, S, kv_heads_, D}).transpose(1, 2).contiguous();
     q = apply_rope(q, step.rope_cos, step.rope_sin).contiguous();
     k = apply_rope(k, step.rope_cos, step.rope_sin).contiguous();
-    const at::Tensor a = (*step.attention)(q, k, v, sinks_);
+    // A sliding layer runs its own attention (its mask, maybe its own transport); running it through
+    // the full layers' would silently attend past the window (prime-rl #2828), so none is an error.
+    CP_CHECK(kind_ == AttentionKind::full || (step.sliding_attention && static_cast<bool>(*step.sliding_attention)),
+             "model: a sliding_attention layer but no sliding attention at the hook point (model.attention.layer_types)");
+    const AttentionFn& attn = kind_ == AttentionKind::sliding ? *step.sliding_attention : *step.attention;
+    const at::Tensor a = attn(q, k, v, sinks_);
     return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * D}), wo_);
   }
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
+  AttentionKind kind_;
   at::Tensor norm_, wq_, wk_, wv_, wo_, sinks_;  // sinks_ undefined without model.attention.sinks
 };
 
@@ -70,7 +78,8 @@ class AttentionMixer final : public Mixer {
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.attention.fields(); }
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& configs,
                                                        const LayerInit& init) const override {
-    return std::make_unique<AttentionLayer>(init, configs.attention.sinks != 0);
+    return std::make_unique<AttentionLayer>(init, configs.attention.sinks != 0,
+                                            configs.attention.kind_of(init.mixer_index));
   }
 };
 

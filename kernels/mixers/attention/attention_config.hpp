@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/mixers/attention/attention_kind.hpp"
 #include "kernels/mixers/config_field.hpp"
 
 namespace cpbench {
@@ -11,7 +12,22 @@ struct AttentionConfig {
   // model.attention.sinks: one learned sink logit per query head in every query's softmax (gpt-oss),
   // drawn N(0, kSinkInitStddev) (kernels/attention/sink.hpp). 0 / 1.
   int64_t sinks = 0;
+  // model.attention.layer_types: one kind per attention layer, in layer order (attention_kind.hpp);
+  // empty: every attention layer full. Not a ConfigField (a list; read by the scenario parser and
+  // hf_config).
+  std::vector<AttentionKind> layer_kinds;
+  // model.attention.window: the sliding layers' window N in tokens (>= 1 when a layer is sliding, else 0).
+  int64_t window = 0;
   [[nodiscard]] std::vector<ConfigField> fields() { return {{"sinks", &sinks, 0, /*flag=*/true}}; }
+  // The kind of the `index`-th attention layer (full when layer_kinds is empty).
+  [[nodiscard]] AttentionKind kind_of(int64_t index) const {
+    return layer_kinds.empty() ? AttentionKind::full : layer_kinds[static_cast<size_t>(index)];
+  }
+  [[nodiscard]] bool has_sliding() const {
+    for (AttentionKind k : layer_kinds)
+      if (k == AttentionKind::sliding) return true;
+    return false;
+  }
 };
 
 }  // namespace cpbench
