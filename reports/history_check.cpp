@@ -45,6 +45,35 @@ std::vector<SeriesChange> describe(const std::vector<SeriesPoint>& points, const
   return out;
 }
 
+// The series' resolution (history_check.hpp, "resolution"): its spread about the medians of the segments
+// between `ch.changes` (indices into `kept`), the smallest drop the newest min_segment runs can show, and
+// the runs a drop of `threshold` needs after it.
+// A drop in rate is a log step of -log(1 - drop) whichever way the metric points.
+void resolve(CaseHistory& ch, const std::vector<SeriesPoint>& kept, const HistoryCheckOptions& o) {
+  const auto N = static_cast<int64_t>(kept.size());
+  std::vector<double> residuals;
+  for (size_t k = 0; k <= ch.changes.size(); ++k) {
+    const int64_t from = k == 0 ? 0 : ch.changes[k - 1].index, to = k < ch.changes.size() ? ch.changes[k].index : N;
+    std::vector<double> logs;
+    for (int64_t i = from; i < to; ++i) logs.push_back(std::log(kept[static_cast<size_t>(i)].value));
+    const double mid = stats::median(logs);
+    for (const double l : logs) residuals.push_back(l - mid);
+  }
+  ch.spread = stats::robust_sd(residuals);
+  const double z = stats::normal_quantile(1 - o.change.alpha / 2) + stats::normal_quantile(kResolutionPower);
+  const auto step = [&](int64_t n) {
+    return z * 1.2533 * ch.spread * std::sqrt(1.0 / static_cast<double>(n) + 1.0 / static_cast<double>(N - n));
+  };
+  ch.resolution = 1 - std::exp(-step(o.change.min_segment));
+  const double needed = -std::log(1 - o.threshold);
+  ch.runs_needed = 0;
+  for (int64_t n = o.change.min_segment; n <= N - o.change.min_segment; ++n)
+    if (step(n) <= needed) {
+      ch.runs_needed = n;
+      break;
+    }
+}
+
 // The change points of a case's series without the machine's runs, and its verdict.
 void judge_series(CaseHistory& ch, const HistoryCheckOptions& o, bool higher) {
   std::vector<SeriesPoint> kept;
@@ -73,12 +102,14 @@ void judge_series(CaseHistory& ch, const HistoryCheckOptions& o, bool higher) {
     }
     cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(weakest));
   }
+  resolve(ch, kept, o);
   for (auto& c : ch.changes) c.index = where[static_cast<size_t>(c.index)];
   if (!ch.changes.empty()) {
     SeriesChange& newest = ch.changes.back();
     newest.regression = newest.slowdown && newest.rate_drop > o.threshold;
     ch.regression = newest.regression;
   }
+  ch.cannot_tell = !ch.regression && (ch.runs_needed == 0 || ch.runs_needed > o.change.min_segment);
 }
 
 // The canary rule (history_check.hpp, "the machine"): per run, the canary's medians over its cases and
@@ -152,7 +183,8 @@ bool higher_is_better(const std::string& metric, const std::string& unit) {
 
 int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
-  return newest_spoiled || std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.too_short; })
+  return newest_spoiled || std::any_of(cases.begin(), cases.end(),
+                                       [](const CaseHistory& c) { return c.too_short || c.cannot_tell; })
              ? kCompareInconclusive
              : 0;
 }
@@ -214,7 +246,7 @@ HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryChe
 
 std::string history_check_text(const HistoryCheck& h) {
   std::ostringstream os;
-  int regressions = 0, short_series = 0;
+  int regressions = 0, short_series = 0, cannot_tell = 0;
   for (const auto& c : h.cases) {
     const auto spoiled = std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
     os << c.name << " (" << c.points.size() << " runs";
@@ -239,6 +271,17 @@ std::string history_check_text(const HistoryCheck& h) {
       os << "  REGRESSION: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id << " (commit "
          << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
     }
+    if (c.cannot_tell) {
+      ++cannot_tell;
+      os << "  CANNOT TELL: run-to-run spread " << percent(c.spread, false) << "; a " << percent(h.options.threshold, false)
+         << " slowdown ";
+      if (c.runs_needed > 0)
+        os << "shows only " << c.runs_needed << " runs after it, so one in the newest " << c.runs_needed - 1
+           << " runs could hide here";
+      else
+        os << "cannot be told from the spread in " << c.points.size() << " runs";
+      os << " (the newest " << h.options.change.min_segment << " runs resolve " << percent(c.resolution, false) << ")";
+    }
     os << "\n";
   }
   for (const auto& rc : h.canary)
@@ -252,7 +295,8 @@ std::string history_check_text(const HistoryCheck& h) {
        << " is the machine's (its canary and most cases slowed together): no verdict on the newest runs; rerun on a "
           "quiet machine\n";
   os << h.cases.size() << " cases over " << h.runs << " runs of " << h.store << ", " << regressions << " regression"
-     << (regressions == 1 ? "" : "s") << ", " << short_series << " too short (metric " << h.options.metric
+     << (regressions == 1 ? "" : "s") << ", " << short_series << " too short, " << cannot_tell
+     << " cannot tell (metric " << h.options.metric
      << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
      << h.options.change.permutations << " permutations, min segment " << h.options.change.min_segment
      << ", min effect " << percent(h.options.min_effect, false) << ", threshold " << percent(h.options.threshold, false)
@@ -293,6 +337,10 @@ nlohmann::json history_json(const HistoryCheck& h) {
                      {"higher_is_better", c.higher_is_better},
                      {"too_short", c.too_short},
                      {"regression", c.regression},
+                     {"spread", c.spread},
+                     {"resolution", c.resolution},
+                     {"runs_needed", c.runs_needed},
+                     {"cannot_tell", c.cannot_tell},
                      {"points", points},
                      {"changes", changes}});
   }

@@ -14,6 +14,15 @@
 //   regression   the newest change point of a case is a slowdown whose drop in rate (1 - before/after
 //                for times) is beyond `threshold`
 //   too short    fewer than 2 x min_segment points: the series cannot be judged
+//   resolution   what the series' own noise lets the check see. s = the run-to-run spread (robust sd of the
+//                log metric about its segments' medians); a step over the newest n of the N judged points
+//                is seen, two-sided at alpha with power kResolutionPower, when its log size exceeds
+//                  (z(1 - alpha/2) + z(power)) * 1.2533 * s * sqrt(1/n + 1/(N - n))
+//                (1.2533: a median's efficiency against the mean under normal noise). `resolution` is that
+//                bound at n = min_segment, as a drop in rate; `runs_needed` the least n >= min_segment at
+//                which a drop of `threshold` clears it (0: no n up to N - min_segment does).
+//   cannot tell  no regression, but runs_needed > min_segment or 0: a slowdown of `threshold` that began
+//                in the newest runs could hide in the spread, so "no regression" would not be honest
 //   the machine  a run is the machine's (spoiled) when its canary (harness/runner/canary.hpp: the median
 //                over its cases of canary_memory_s and of canary_compute_s) is slower than the canary's
 //                lower quartile over all runs (the quiet machine's) by more than kCanaryShift in either
@@ -21,8 +30,9 @@
 //                the case's own median over the runs by more than kCaseShift. A common-mode shift is the
 //                machine's, not a change: its points stay in `points` (marked spoiled) but not in the
 //                series the change points are searched in. Runs without a canary are never spoiled.
-// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short
-// or one of the newest min_segment runs is the machine's (nothing honest can be said about them), else 0.
+// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short or
+// cannot tell, or one of the newest min_segment runs is the machine's (nothing honest can be said about
+// them), else 0.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -32,6 +42,9 @@
 #include "reports/history_store.hpp"
 
 namespace cpbench {
+
+// The power at which `resolution` and `runs_needed` (above) say a change is seen.
+inline constexpr double kResolutionPower = 0.8;
 
 struct HistoryCheckOptions {
   std::string metric = "tokens_per_s";
@@ -77,6 +90,10 @@ struct CaseHistory {
   std::vector<SeriesChange> changes;
   bool too_short = false;
   bool regression = false;
+  double spread = 0;        // s: the run-to-run spread of the log metric (about 1 x the relative noise)
+  double resolution = 0;    // the smallest drop in rate over the newest min_segment runs the check sees
+  int64_t runs_needed = 0;  // runs after a `threshold` slowdown before it is seen; 0: not within the series
+  bool cannot_tell = false;
 };
 
 struct HistoryCheck {

@@ -108,13 +108,14 @@ std::string history_html(const HistoryCheck& h) {
     os << "<tr><td>" << html_escape(c.name) << "</td><td>" << c.points.size() << "</td><td>"
        << (c.points.empty() ? "" : num(c.points.back().value, 4) + " " + html_escape(c.unit)) << "</td><td>"
        << c.changes.size() << "</td><td class='"
-       << (c.regression  ? "failed"
-           : c.too_short ? "skipped"
-                         : "ok")
+       << (c.regression                   ? "failed"
+           : c.too_short || c.cannot_tell ? "skipped"
+                                          : "ok")
        << "'>"
-       << (c.regression  ? "REGRESSION"
-           : c.too_short ? "too short"
-                         : "ok")
+       << (c.regression    ? "REGRESSION"
+           : c.too_short   ? "too short"
+           : c.cannot_tell ? "cannot tell (spread " + percent(c.spread, false) + ")"
+                           : "ok")
        << "</td></tr>";
   }
   os << "</table>";

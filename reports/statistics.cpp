@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 namespace cpbench::stats {
 
@@ -32,6 +33,17 @@ double median_noise(const std::vector<double>& v) {
   const auto lo = static_cast<size_t>(std::max(0.0, std::floor(n / 2 - half)));
   const auto hi = static_cast<size_t>(std::min(n - 1, std::ceil(n / 2 + half) - 1));
   return (s[hi] - s[lo]) / (2 * m);
+}
+
+double normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) throw std::invalid_argument("normal_quantile: p must lie in (0, 1)");
+  const auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  double lo = -40, hi = 40;
+  while (hi - lo > 1e-12) {
+    const double mid = 0.5 * (lo + hi);
+    (cdf(mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
 }
 
 double robust_sd(const std::vector<double>& v) {

@@ -23,6 +23,9 @@ namespace cpbench::stats {
 // for normal data); 0 for fewer than 2 values.
 [[nodiscard]] double robust_sd(const std::vector<double>& v);
 
+// The standard normal's quantile: x with Phi(x) = p, p in (0, 1) (bisection on std::erfc, to 1e-12).
+[[nodiscard]] double normal_quantile(double p);
+
 // Mann-Whitney U test of two independent samples, two-sided. Exact (the permutation distribution of U,
 // counted; scipy's mannwhitneyu(method="exact")) when there are no ties and n1 + n2 <=
 // kExactRankTestMax: with few samples the normal approximation misstates p, and only the exact

@@ -152,7 +152,7 @@ void read_sliding(const Fields& f, HfModel& m) {
 }
 
 // Qwen3-Next and Qwen3.5's text model: Gated DeltaNet layers interleaved with gated full attention.
-void read_gated_deltanet_hybrid(const Fields& f, HfModel& m) {
+void read_qwen3_next(const Fields& f, HfModel& m) {
   if (f.has("layer_types")) {
     const auto& t = f.j["layer_types"];
     if (!t.is_array() || static_cast<int64_t>(t.size()) != m.blocks)
@@ -319,7 +319,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
     m.sliding.assign(m.mixers.size(), false);
     read_mixer_sizes(f, m);
   } else if (t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text") {
-    read_gated_deltanet_hybrid(f, m);
+    read_qwen3_next(f, m);
     return m;
   } else if (t == "kimi_linear") {
     read_kimi_linear(f, m);

@@ -57,7 +57,7 @@ TEST(GdnLayer, MatchesTheDefinitionHeadByHead) {
   const at::Tensor proj = random_proj(c, 45, 4);
   const Laid st = make_stream("contiguous", 1, {{45}});
   const GdnStepContext ctx = single_rank_linear_context(st.meta, MaskSpec::parse("causal"), c, at::kDouble, at::kCPU);
-  const at::Tensor got = gdn_forward(proj, p, c, ctx);
+  const at::Tensor got = linear_forward<GdnParams, GdnConfig, GdnStepContext>(proj, p, c, ctx);
   const at::Tensor want = reference_layer(proj, p, c);
   EXPECT_LT(rel_error(got, want), 1e-12);
   // Each value head against the definition on its own: a wrong key head shows in that head.
@@ -72,13 +72,13 @@ TEST(GdnLayer, TheStateResetsAtADocumentStart) {
   const MaskSpec doc = MaskSpec::parse("document");
   const Laid both = make_stream("contiguous", 1, {{30, 40}});
   const Laid alone = make_stream("contiguous", 1, {{40}});
-  const at::Tensor y = gdn_forward(proj, p, c, single_rank_linear_context(both.meta, doc, c, at::kDouble, at::kCPU));
+  const at::Tensor y = linear_forward<GdnParams, GdnConfig, GdnStepContext>(proj, p, c, single_rank_linear_context(both.meta, doc, c, at::kDouble, at::kCPU));
   const at::Tensor tail = proj.narrow(1, 30, 40).contiguous();
-  const at::Tensor y2 = gdn_forward(tail, p, c, single_rank_linear_context(alone.meta, doc, c, at::kDouble, at::kCPU));
+  const at::Tensor y2 = linear_forward<GdnParams, GdnConfig, GdnStepContext>(tail, p, c, single_rank_linear_context(alone.meta, doc, c, at::kDouble, at::kCPU));
   EXPECT_LT(rel_error(y.narrow(1, 30, 40), y2), 1e-12) << "the second document must not see the first";
   // Under a causal mask the two documents are one stream: the second sees the first.
   const at::Tensor yc =
-      gdn_forward(proj, p, c, single_rank_linear_context(both.meta, MaskSpec::parse("causal"), c, at::kDouble, at::kCPU));
+      linear_forward<GdnParams, GdnConfig, GdnStepContext>(proj, p, c, single_rank_linear_context(both.meta, MaskSpec::parse("causal"), c, at::kDouble, at::kCPU));
   EXPECT_GT(rel_error(yc.narrow(1, 30, 40), y2), 1e-3);
 }
 

@@ -41,7 +41,7 @@ Params as_leaves(const Params& p, at::ScalarType dtype) {
 // The GDN layer's delta-rule part under test (mixer_under_test.hpp: run_cp_mixer, run_single_mixer,
 // check_mixer).
 inline const linear_test::MixerUnderTest<GdnConfig, GdnParams, GdnStepContext> kMixer{
-    gdn_forward, leaves<GdnParams>, as_leaves<GdnParams>, [](const GdnConfig& c) { return c.in_proj_width(); },
+    linear_forward<GdnParams, GdnConfig, GdnStepContext>, leaves<GdnParams>, as_leaves<GdnParams>, [](const GdnConfig& c) { return c.in_proj_width(); },
     [](const GdnConfig& c) { return c.value_dim(); }};
 
 }  // namespace cpbench::gdn_test

@@ -66,7 +66,7 @@ at::Tensor ssm_layer(const at::Tensor& proj, const SsmParams& p, const SsmConfig
                      bool document_mask) {
   const SsmStepContext ctx = single_rank_linear_context(
       meta, document_mask ? MaskSpec::parse("document") : MaskSpec::parse("causal"), c, at::kDouble, at::kCPU);
-  return mamba_ssm_forward(proj, p, c, ctx);
+  return linear_forward<SsmParams, SsmConfig, SsmStepContext>(proj, p, c, ctx);
 }
 
 SsmParams random_params(const SsmConfig& c) {

@@ -35,7 +35,7 @@ TEST(PlanSsm, HybridCasesArePricedByEachStrategysOwnFormulas) {
   const plan::ModelShape& m = p.request.model;
   ASSERT_EQ(m.attention_layers(), 4);
   ASSERT_EQ(m.layers_of('M'), 24);
-  EXPECT_EQ(p.request.ssm_strategies, known_ssm_cp_strategies());
+  EXPECT_EQ(p.request.ssm_strategies, known_cp_strategies<SsmCpStrategy>());
   std::set<std::string> strategies;
   int checked = 0;
   for (const auto& c : p.cases) {
@@ -44,7 +44,7 @@ TEST(PlanSsm, HybridCasesArePricedByEachStrategysOwnFormulas) {
     if (c.sharder == "striped") {
       EXPECT_EQ(c.ssm.strategy, "hidden_parallel");
     }
-    const auto strategy = *parse_ssm_cp_strategy(c.ssm.strategy);
+    const auto strategy = *parse_cp_strategy<SsmCpStrategy>(c.ssm.strategy);
     const SsmCpShape shape = expected_ssm_shape(m, c, 131072);
     EXPECT_EQ(c.ssm.bytes_per_rank, 24 * ssm_cp_bytes(strategy, shape).total()) << c.sharder << " " << c.ssm.strategy;
     // The attention part: its 4 layers only, by the transport's own formula.

@@ -99,11 +99,9 @@ at::Tensor gated_rms_norm(const at::Tensor& o, const at::Tensor& z, const at::Te
   return y.reshape({R, L, heads * dv}).to(o.scalar_type());
 }
 
-namespace {
-
 // Head-parallel (and one rank): the whole stream for this rank's heads.
-at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
-                                 const GdnStepContext& ctx) {
+at::Tensor channel_parallel_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
+                                    const GdnStepContext& ctx) {
   // fill_cp_context refused a split that does not divide the heads.
   const int64_t W = ctx.comm ? ctx.comm->size() : 1;
   const int64_t hk = c.key_heads >= W ? c.key_heads / W : 1, hv = c.value_heads / W;
@@ -121,16 +119,6 @@ at::Tensor head_parallel_forward(const at::Tensor& proj, const GdnParams& params
                            .o.reshape({mine.size(0), mine.size(1), hv * dv})
                            .to(st);
   return channel_parallel_return(o, ctx, "gdn_a2a");  // [R, S_local, Hv*dv]
-}
-
-}  // namespace
-
-at::Tensor gdn_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
-                       const GdnStepContext& ctx) {
-  return linear_forward(
-      proj, ctx, c.in_proj_width(), c.value_dim(), "gdn",
-      [&](const at::Tensor& p) { return gdn_state_passing_forward(p, params, c, ctx); },
-      [&](const at::Tensor& p) { return head_parallel_forward(p, params, c, ctx); });
 }
 
 }  // namespace cpbench

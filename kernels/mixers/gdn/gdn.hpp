@@ -45,25 +45,22 @@ struct GdnParams {
   at::Tensor norm_w;   // [dv], the gated RMSNorm's weight (shared by the value heads)
 };
 
-// What the GDN layers need this step (kernels/mixers/linear/linear_step.hpp has the shared part; its
-// `heads` are this rank's value heads). Built by single_rank_linear_context / cp_linear_context
-// (linear_parts.hpp) with GdnCpOptions (the strategy and the state-dropped negative control).
+// What the GDN layers need this step (linear_step.hpp has the shared part, whose `heads` are this rank's
+// value heads; the options of cp_linear_context carry the strategy and the state-dropped control), the
+// mixer's parts (gdn_mixer.cpp), and its channel split under head_parallel with its refusal.
 using GdnStepContext = LinearStepContextOf<GdnCpStrategy, GdnCpShape, 'G'>;
-using GdnCpOptions = LinearCpOptions<GdnCpStrategy>;
-// The GDN mixer's parts (gdn_mixer.cpp).
 [[nodiscard]] const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&);
-// Its channel split: which proj channels each rank takes under head_parallel, and its refusal.
 [[nodiscard]] LinearLayerSpec gdn_spec(const GdnConfig& config);
 
-// The delta-rule part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> o [R,
-// S_local, Hv*dv] before the gated norm, every value head's output for this rank's tokens. Collective
-// over ctx.comm.
-[[nodiscard]] at::Tensor gdn_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& config,
-                                     const GdnStepContext& ctx);
-// The same under state passing (gdn_state_passing.cpp; ctx.state_passing set): two all-gathers forward,
-// two reduce-scatters backward (K = 1: one each).
-[[nodiscard]] at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& params,
-                                                   const GdnConfig& config, const GdnStepContext& ctx);
+// The delta-rule part of one layer is linear_forward(proj, params, config, ctx) (linear_parts.hpp): proj
+// [R, S_local, in_proj_width] (this rank's tokens) -> o [R, S_local, Hv*dv] before the gated norm, every
+// value head's output for them, collective over ctx.comm. Its two paths: state passing
+// (gdn_state_passing.cpp: two all-gathers forward, two reduce-scatters backward; K = 1: one each) and
+// head_parallel (gdn.cpp; also one rank).
+[[nodiscard]] at::Tensor state_passing_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& config,
+                                               const GdnStepContext& ctx);
+[[nodiscard]] at::Tensor channel_parallel_forward(const at::Tensor& proj, const GdnParams& params,
+                                                  const GdnConfig& config, const GdnStepContext& ctx);
 
 // y = RMSNorm over each value head's dv channels (eps 1e-6, in float32 for low precision) * norm_w *
 // silu(z); o, z [R, L, Hv*dv] -> [R, L, Hv*dv] in o's dtype.

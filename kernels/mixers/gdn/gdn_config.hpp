@@ -23,6 +23,7 @@ struct GdnConfig {
   [[nodiscard]] int64_t value_dim() const { return value_heads * value_head_dim; }
   [[nodiscard]] int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }  // [q | k | v]
   [[nodiscard]] int64_t in_proj_width() const { return conv_channels() + value_dim() + 2 * value_heads; }
+  [[nodiscard]] int64_t out_width() const { return value_dim(); }  // o, before the gated norm
   // Throws UsageError naming model.gdn.<key>.
   void validate() const;
   // "" when head-parallel CP over `cp` ranks can split this layer, else the one-line reason naming the key.

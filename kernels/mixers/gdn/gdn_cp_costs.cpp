@@ -8,17 +8,6 @@
 namespace cpbench {
 
 namespace {
-constexpr StrategyNames<GdnCpStrategy, 2> kGdnStrategies{
-    {{GdnCpStrategy::head_parallel, "head_parallel"}, {GdnCpStrategy::state_passing, "state_passing"}}};
-}  // namespace
-
-const char* to_string(GdnCpStrategy strategy) { return strategy_name(kGdnStrategies, strategy); }
-std::optional<GdnCpStrategy> parse_gdn_cp_strategy(const std::string& name) {
-  return parse_strategy(kGdnStrategies, name);
-}
-std::vector<std::string> known_gdn_cp_strategies() { return strategy_names(kGdnStrategies); }
-
-namespace {
 
 void check_gdn_shape(const GdnCpShape& s) {
   CP_CHECK(s.batch >= 1 && s.seq_len >= 0 && s.cp >= 1 && s.key_heads >= 1 && s.value_heads >= 1 &&
@@ -31,11 +20,6 @@ void check_gdn_shape(const GdnCpShape& s) {
   CP_CHECK(s.seq_len % s.cp == 0, "gdn_cp_costs: seq_len ", s.seq_len, " is not a multiple of cp ", s.cp);
   CP_CHECK(s.value_heads % s.key_heads == 0, "gdn_cp_costs: key_heads ", s.key_heads, " do not divide value_heads ",
            s.value_heads);
-}
-
-int64_t pair_block(const GdnCpShape& s) {
-  return s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * (s.key_head_dim + s.value_head_dim) *
-         s.state_elem_bytes;
 }
 
 }  // namespace
@@ -56,30 +40,22 @@ int64_t GdnCpShape::head_parallel_channels() const {
   return 2 * hk * key_head_dim + hv * value_head_dim + 2 * hv;
 }
 
-GdnCpBytes gdn_head_parallel_bytes(const GdnCpShape& s) {
+LinearCpTerms gdn_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s) {
   check_gdn_shape(s);
-  if (s.cp == 1) return {};
-  return channel_parallel_bytes(s.batch, s.seq_len, s.cp, s.head_parallel_channels(),
-                                s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
-}
-
-GdnCpBytes gdn_state_passing_bytes(const GdnCpShape& s) {
-  check_gdn_shape(s);
-  return state_passing_exchange_bytes(s.cp, pair_block(s), halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes));
+  if (strategy == GdnCpStrategy::head_parallel)
+    return {.channels_in = s.head_parallel_channels(), .channels_out = s.value_heads / s.cp * s.value_head_dim};
+  // Per chunk and row: each value head's transition [dk, dk] and contribution [dk, dv].
+  const int64_t rows_dk = s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * s.state_elem_bytes;
+  return {.state_passing = true, .summary_block = rows_dk * (s.key_head_dim + s.value_head_dim),
+          .conv_channels = s.conv_channels(), .incoming_state_block = rows_dk * s.value_head_dim};
 }
 
 GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  return strategy == GdnCpStrategy::state_passing ? gdn_state_passing_bytes(s) : gdn_head_parallel_bytes(s);
+  return linear_cp_bytes(s, gdn_cp_terms(strategy, s));
 }
 
 int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  check_gdn_shape(s);
-  if (s.cp == 1) return 0;
-  if (strategy == GdnCpStrategy::head_parallel)
-    return channel_parallel_memory(s.batch, s.seq_len, s.head_parallel_channels(),
-                                   s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
-  return s.cp * (pair_block(s) + halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes)) +
-         s.chunks_per_rank * s.batch * s.value_heads * s.key_head_dim * s.value_head_dim * s.state_elem_bytes;
+  return linear_cp_extra_memory_bytes(s, gdn_cp_terms(strategy, s));
 }
 
 double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate) {

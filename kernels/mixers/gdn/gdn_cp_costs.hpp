@@ -26,12 +26,10 @@
 namespace cpbench {
 
 enum class GdnCpStrategy { head_parallel, state_passing };
-
-// "head_parallel" | "state_passing".
-[[nodiscard]] const char* to_string(GdnCpStrategy strategy);
-// nullopt when `name` is none of known_gdn_cp_strategies().
-[[nodiscard]] std::optional<GdnCpStrategy> parse_gdn_cp_strategy(const std::string& name);
-[[nodiscard]] std::vector<std::string> known_gdn_cp_strategies();
+// The `gdn_cp` axis's spellings, the default first (to_string, parse_cp_strategy, known_cp_strategies).
+constexpr StrategyNames<GdnCpStrategy, 2> strategy_table(GdnCpStrategy) {
+  return {{{GdnCpStrategy::head_parallel, "head_parallel"}, {GdnCpStrategy::state_passing, "state_passing"}}};
+}
 
 // One GDN layer under CP. Units: tokens, channels, bytes.
 struct GdnCpShape : LinearCpShape {
@@ -55,24 +53,15 @@ struct GdnCpShape : LinearCpShape {
 
 using GdnCpBytes = LinearCpBytes;
 
-// head_parallel: each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again:
-//   forward = backward = (W-1) * R * S/W * (head_parallel_channels() + Hv/W * dv) * elem_bytes; 2 + 2 calls.
-[[nodiscard]] GdnCpBytes gdn_head_parallel_bytes(const GdnCpShape& s);
-
-// state_passing: an all-gather sends this rank's block to W-1 ranks; its backward returns W-1 blocks:
-//   pairs = chunks_per_rank * R * Hv * dk * (dk + dv) * state_elem_bytes   (transition + contribution)
-//   halo  = chunks_per_rank * R * (K-1) * conv_channels * elem_bytes       (0 and no call when K = 1)
-//   forward = backward = (W-1) * (pairs + halo); 2 + 2 calls (1 + 1 when K = 1). No S in it.
-[[nodiscard]] GdnCpBytes gdn_state_passing_bytes(const GdnCpShape& s);
-
-// The strategy's formula; W = 1 sends nothing.
+// The strategy's terms for linear_cp_bytes / linear_cp_extra_memory_bytes (linear_costs.hpp):
+//   head_parallel  channels_in = head_parallel_channels(), channels_out = Hv/W * dv: bytes grow with S
+//   state_passing  summary_block = chunks_per_rank * R * Hv * dk * (dk + dv) * state_elem_bytes (each chunk's
+//                  transition and contribution), the halo of conv_channels(), incoming_state_block =
+//                  chunks_per_rank * R * Hv * dk * dv * state_elem_bytes: no S in the bytes (the chunks'
+//                  factors are the single-rank form's, which the layer's memory term counts)
+[[nodiscard]] LinearCpTerms gdn_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s);
+// Bytes one rank sends per layer, and CP's extra bytes it holds for the backward, under `strategy`.
 [[nodiscard]] GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
-
-// Extra bytes one rank holds per layer for the backward because of CP:
-//   head_parallel  the full sequence for this rank's channels and its output before the return:
-//                  R * S * (head_parallel_channels() + Hv/W * dv) * elem_bytes
-//   state_passing  every rank's pairs and halos (W x the blocks above) and the incoming state of each own
-//                  chunk (the chunks' factors are the single-rank form's, which the layer's memory term counts).
 [[nodiscard]] int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
 
 // THE delta rule's forward FLOPs on one rank per layer and row (the GDN and KDA registry entries'

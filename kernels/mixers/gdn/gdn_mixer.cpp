@@ -36,7 +36,7 @@ class GdnLayer final : public MixerLayer {
     const auto& ctx = step_context<GdnStepContext>(step, 'G', "Gated DeltaNet");
     const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
     const at::Tensor z = proj.narrow(-1, c_.conv_channels(), c_.value_dim());
-    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return gdn_forward(p, p_, c_, ctx); });
+    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, p_, c_, ctx); });
     return at::linear(gdn_gated_norm(o, z, p_.norm_w, c_), out_proj_);
   }
 
@@ -105,10 +105,6 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
                         guess)};
   }
  protected:
-  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
-    const GdnConfig& c = configs.gdn;
-    return {c.in_proj_width(), c.value_dim(), c.conv, c.conv_channels(), c.chunk};
-  }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
     return delta_rule_cp_flops(this->strategy(strategy), shape(configs.gdn, q), configs.gdn.chunk, false);
@@ -127,8 +123,7 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
 
 const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
   static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
-      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes,
-      parse_gdn_cp_strategy, known_gdn_cp_strategies};
+      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes};
   return parts;
 }
 

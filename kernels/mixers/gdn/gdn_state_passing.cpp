@@ -32,8 +32,8 @@
 
 namespace cpbench {
 
-at::Tensor gdn_state_passing_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
-                                     const GdnStepContext& ctx) {
+at::Tensor state_passing_forward(const at::Tensor& proj, const GdnParams& params, const GdnConfig& c,
+                                 const GdnStepContext& ctx) {
   const StatePassingPlan& sp = step_state_passing_plan(ctx, c.conv, "gdn");
   const int64_t R = proj.size(0), L = proj.size(1);
   const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);

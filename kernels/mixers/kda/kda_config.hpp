@@ -22,6 +22,9 @@ struct KdaConfig {
   [[nodiscard]] int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }  // [q | k | v]
   // What the layer's delta-rule part takes per token: [q | k | v | b | f] (b: H, f: the gate, H*dk).
   [[nodiscard]] int64_t proj_width() const { return conv_channels() + heads + key_dim(); }
+  // The dense projections' width from hidden: [q | k | v | b] and the two low-rank gates' first factors.
+  [[nodiscard]] int64_t in_proj_width() const { return conv_channels() + heads + 2 * gate_rank; }
+  [[nodiscard]] int64_t out_width() const { return value_dim(); }  // o, before the gated norm
   // Throws UsageError naming model.kda.<key>.
   void validate() const;
   // "" when head-parallel CP over `cp` ranks can split this layer, else the one-line reason naming the key.

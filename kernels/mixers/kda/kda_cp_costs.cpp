@@ -14,18 +14,18 @@ int64_t kda_head_parallel_channels(const GdnCpShape& s) {
   return s.value_heads / s.cp * (3 * s.key_head_dim + s.value_head_dim + 1);
 }
 
+LinearCpTerms kda_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s) {
+  LinearCpTerms t = gdn_cp_terms(strategy, s);  // its shape checks; state passing's blocks are GDN's
+  if (strategy == GdnCpStrategy::head_parallel) t.channels_in = kda_head_parallel_channels(s);
+  return t;
+}
+
 LinearCpBytes kda_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  if (strategy == GdnCpStrategy::state_passing) return gdn_state_passing_bytes(s);
-  (void)gdn_head_parallel_bytes(s);  // its shape checks
-  if (s.cp == 1) return {};
-  return channel_parallel_bytes(s.batch, s.seq_len, s.cp, kda_head_parallel_channels(s),
-                                s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
+  return linear_cp_bytes(s, kda_cp_terms(strategy, s));
 }
 
 int64_t kda_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  if (strategy == GdnCpStrategy::state_passing || s.cp == 1) return gdn_cp_extra_memory_bytes(strategy, s);
-  return channel_parallel_memory(s.batch, s.seq_len, kda_head_parallel_channels(s),
-                                 s.value_heads / s.cp * s.value_head_dim, s.elem_bytes);
+  return linear_cp_extra_memory_bytes(s, kda_cp_terms(strategy, s));
 }
 
 }  // namespace cpbench

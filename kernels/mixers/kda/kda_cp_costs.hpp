@@ -7,7 +7,7 @@
 //   head_parallel  per token a rank receives q, k, v of its H/W heads, b (1 per head) and the gate f
 //                  (dk per head): (H/W) (3 dk + dv + 1) channels; it returns (H/W) dv.
 //                  forward = backward = (W-1) * R * S/W * ((H/W)(3 dk + dv + 1) + (H/W) dv) * elem_bytes.
-//   state_passing  gdn_state_passing_bytes: (W-1) * (chunks R H dk (dk + dv) state_elem_bytes
+//   state_passing  gdn_cp_terms' blocks: (W-1) * (chunks R H dk (dk + dv) state_elem_bytes
 //                  + chunks R (K-1) (2 H dk + H dv) elem_bytes) each way. No S in it.
 //
 // The layers count what they send and the runner checks the count against these every step; the
@@ -21,6 +21,9 @@ namespace cpbench {
 [[nodiscard]] GdnCpShape kda_cp_shape(const KdaConfig& config, const LinearCpShape& shared);
 // head_parallel: proj channels one rank receives per token.
 [[nodiscard]] int64_t kda_head_parallel_channels(const GdnCpShape& s);
+// The strategy's terms (above) for linear_cp_bytes / linear_cp_extra_memory_bytes: GDN's, with KDA's
+// head-parallel channels.
+[[nodiscard]] LinearCpTerms kda_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s);
 // The strategy's formula (above); W = 1 sends nothing.
 [[nodiscard]] LinearCpBytes kda_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
 // Extra bytes one rank holds per layer for the backward because of CP: head_parallel the whole sequence

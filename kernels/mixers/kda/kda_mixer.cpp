@@ -110,10 +110,6 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
   }
 
  protected:
-  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
-    const KdaConfig& c = configs.kda;
-    return {c.conv_channels() + c.heads + 2 * c.gate_rank, c.value_dim(), c.conv, c.conv_channels(), c.chunk};
-  }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
     return delta_rule_cp_flops(this->strategy(strategy), shape(configs.kda, q), configs.kda.chunk, true);
@@ -135,8 +131,7 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
 
 const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
   static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
-      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes,
-      parse_gdn_cp_strategy, known_gdn_cp_strategies};
+      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes};
   return parts;
 }
 

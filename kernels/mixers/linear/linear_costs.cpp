@@ -15,28 +15,26 @@ LinearCpShape linear_cp_shape(int64_t rows, int64_t seq_len, int64_t cp, int64_t
   return s;
 }
 
-LinearCpBytes channel_parallel_bytes(int64_t rows, int64_t seq_len, int64_t cp, int64_t channels_in,
-                                     int64_t channels_out, int64_t elem_bytes) {
-  if (cp == 1) return {};
-  const int64_t per_a2a = (cp - 1) * rows * (seq_len / cp) * (channels_in + channels_out) * elem_bytes;
+namespace {
+int64_t halo_block(const LinearCpShape& s, const LinearCpTerms& t) {
+  return s.chunks_per_rank * s.batch * (s.conv - 1) * t.conv_channels * s.elem_bytes;
+}
+}  // namespace
+
+LinearCpBytes linear_cp_bytes(const LinearCpShape& s, const LinearCpTerms& t) {
+  if (s.cp == 1) return {};
+  if (t.state_passing) {
+    const int64_t halo = halo_block(s, t), sent = (s.cp - 1) * (t.summary_block + halo), calls = halo > 0 ? 2 : 1;
+    return {sent, sent, calls, calls};
+  }
+  const int64_t per_a2a = (s.cp - 1) * s.batch * (s.seq_len / s.cp) * (t.channels_in + t.channels_out) * s.elem_bytes;
   return {per_a2a, per_a2a, 2, 2};
 }
 
-int64_t channel_parallel_memory(int64_t rows, int64_t seq_len, int64_t channels_in, int64_t channels_out,
-                                int64_t elem_bytes) {
-  return rows * seq_len * (channels_in + channels_out) * elem_bytes;
-}
-
-LinearCpBytes state_passing_exchange_bytes(int64_t cp, int64_t summary_block, int64_t halo_block) {
-  if (cp == 1) return {};
-  const int64_t sent = (cp - 1) * (summary_block + halo_block);
-  const int64_t calls = halo_block > 0 ? 2 : 1;
-  return {sent, sent, calls, calls};
-}
-
-int64_t halo_block_bytes(int64_t chunks_per_rank, int64_t rows, int64_t conv, int64_t conv_channels,
-                         int64_t elem_bytes) {
-  return chunks_per_rank * rows * (conv - 1) * conv_channels * elem_bytes;
+int64_t linear_cp_extra_memory_bytes(const LinearCpShape& s, const LinearCpTerms& t) {
+  if (s.cp == 1) return 0;
+  if (t.state_passing) return s.cp * (t.summary_block + halo_block(s, t)) + t.incoming_state_block;
+  return s.batch * s.seq_len * (t.channels_in + t.channels_out) * s.elem_bytes;
 }
 
 }  // namespace cpbench

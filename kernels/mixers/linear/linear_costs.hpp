@@ -1,11 +1,13 @@
 #pragma once
-// The byte formulas both CP strategies of a linear-recurrence mixer share; each mixer's cost room
-// (mamba_cp_costs.hpp, gdn_cp_costs.hpp) supplies its channel counts and its chunk summary and calls
-// these, so the two strategies' shapes are written once. Plain arithmetic, no tensors.
+// The byte and memory formulas both CP strategies of every linear-recurrence mixer share, and their
+// strategy names; each mixer's cost room (mamba_cp_costs.hpp, gdn_cp_costs.hpp, kda_cp_costs.hpp) supplies
+// its channel counts and its chunk summary as LinearCpTerms, so the two strategies' formulas are written
+// once. Plain arithmetic, no tensors.
 #include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,44 +39,65 @@ struct LinearCpBytes {
   [[nodiscard]] int64_t total() const { return forward + backward; }
 };
 
-// Channel-parallel: each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again:
-//   forward = backward = (W-1) * R * S/W * (channels_in + channels_out) * elem_bytes; 2 + 2 calls
-// (channels_in: proj channels a rank receives per token; channels_out: its output channels). W = 1: 0.
-[[nodiscard]] LinearCpBytes channel_parallel_bytes(int64_t rows, int64_t seq_len, int64_t cp, int64_t channels_in,
-                                                   int64_t channels_out, int64_t elem_bytes);
-// What channel-parallel keeps per rank for the backward because of CP: the whole sequence of its
-// channels and its output before the return, R * S * (channels_in + channels_out) * elem_bytes.
-[[nodiscard]] int64_t channel_parallel_memory(int64_t rows, int64_t seq_len, int64_t channels_in,
-                                              int64_t channels_out, int64_t elem_bytes);
+// What one CP strategy of a linear mixer moves and keeps per layer and rank, in the mixer's own channels
+// and blocks: each mixer's cost room (mamba_cp_costs.cpp, gdn_cp_costs.cpp, kda_cp_costs.cpp) fills it
+// from its shape, and the two functions below are the only place the terms become bytes.
+struct LinearCpTerms {
+  bool state_passing = false;
+  // Channel-parallel (the default strategy: one all-to-all before the recurrence, one back after it).
+  int64_t channels_in = 0;   // proj channels a rank receives per token
+  int64_t channels_out = 0;  // output channels it returns per token
+  // State passing (an all-gather of every chunk's summary, one of the conv halo).
+  int64_t summary_block = 0;         // bytes of this rank's chunk summaries (chunks_per_rank of them)
+  int64_t conv_channels = 0;         // channels of the conv halo (K-1 inputs per chunk and row)
+  int64_t incoming_state_block = 0;  // bytes of the states arriving at this rank's chunks (kept for the backward)
+};
 
-// State passing: an all-gather sends this rank's block to W-1 ranks; its backward (a reduce-scatter)
-// returns W-1 gradient blocks of the same size:
-//   forward = backward = (W-1) * (summary_block + halo_block); 2 + 2 calls (1 + 1 without a halo). W = 1: 0.
-[[nodiscard]] LinearCpBytes state_passing_exchange_bytes(int64_t cp, int64_t summary_block, int64_t halo_block);
-// The conv halo one rank contributes: chunks * R * (K-1) * conv_channels * elem_bytes (0 when K = 1).
-[[nodiscard]] int64_t halo_block_bytes(int64_t chunks_per_rank, int64_t rows, int64_t conv, int64_t conv_channels,
-                                       int64_t elem_bytes);
+// Bytes one rank sends per layer (W = 1: all zeros).
+//   channel-parallel  each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again:
+//                     forward = backward = (W-1) * R * S/W * (channels_in + channels_out) * elem_bytes; 2 + 2 calls
+//   state passing     an all-gather sends this rank's block to W-1 ranks; its backward (a reduce-scatter)
+//                     returns W-1 gradient blocks of the same size, with
+//                     halo = chunks_per_rank * R * (K-1) * conv_channels * elem_bytes (no call when K = 1):
+//                     forward = backward = (W-1) * (summary_block + halo); 2 + 2 calls (1 + 1 when K = 1)
+[[nodiscard]] LinearCpBytes linear_cp_bytes(const LinearCpShape& s, const LinearCpTerms& t);
+// Extra bytes one rank holds per layer for the backward because of CP (W = 1: 0).
+//   channel-parallel  the whole sequence of its channels and its output before the return:
+//                     R * S * (channels_in + channels_out) * elem_bytes
+//   state passing     every rank's summaries and halos and the states arriving at its own chunks:
+//                     W * (summary_block + halo) + incoming_state_block
+[[nodiscard]] int64_t linear_cp_extra_memory_bytes(const LinearCpShape& s, const LinearCpTerms& t);
 
-// A mixer's strategy names: the enum's values with their scenario spellings, first the default.
+// A mixer's strategies: beside its enum the mixer defines, found by argument-dependent lookup,
+//
+//   constexpr StrategyNames<MyCpStrategy, 2> strategy_table(MyCpStrategy) { return {{...}}; }
+//
+// each value with its scenario spelling, the channel-parallel default first; the three functions
+// below serve every mixer from it.
 template <class E, size_t N>
 using StrategyNames = std::array<std::pair<E, const char*>, N>;
+template <class E>
+concept NamedCpStrategy = std::is_enum_v<E> && requires(E e) { strategy_table(e); };
 
-template <class E, size_t N>
-[[nodiscard]] const char* strategy_name(const StrategyNames<E, N>& names, E value) {
-  for (const auto& [v, n] : names)
+// The scenario spelling of `value` ("?" for a value outside the table).
+template <NamedCpStrategy E>
+[[nodiscard]] const char* to_string(E value) {
+  for (const auto& [v, n] : strategy_table(value))
     if (v == value) return n;
   return "?";
 }
-template <class E, size_t N>
-[[nodiscard]] std::optional<E> parse_strategy(const StrategyNames<E, N>& names, const std::string& name) {
-  for (const auto& [v, n] : names)
+// nullopt when `name` is none of known_cp_strategies<E>().
+template <NamedCpStrategy E>
+[[nodiscard]] std::optional<E> parse_cp_strategy(const std::string& name) {
+  for (const auto& [v, n] : strategy_table(E{}))
     if (name == n) return v;
   return std::nullopt;
 }
-template <class E, size_t N>
-[[nodiscard]] std::vector<std::string> strategy_names(const StrategyNames<E, N>& names) {
+// The scenario spellings, the default first.
+template <NamedCpStrategy E>
+[[nodiscard]] std::vector<std::string> known_cp_strategies() {
   std::vector<std::string> out;
-  for (const auto& entry : names) out.emplace_back(entry.second);
+  for (const auto& entry : strategy_table(E{})) out.emplace_back(entry.second);
   return out;
 }
 

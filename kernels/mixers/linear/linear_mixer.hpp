@@ -119,7 +119,7 @@ class LinearMixerOf : public LinearMixer {
     return (c.*parts().config).fields();
   }
   void validate(const MixerConfigs& c) const override { config(c).validate(); }
-  [[nodiscard]] std::vector<std::string> strategies() const override { return parts().known(); }
+  [[nodiscard]] std::vector<std::string> strategies() const override { return known_cp_strategies<Strategy>(); }
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& c, const LayerInit& init) const override {
     return parts().layer(config(c), init);
   }
@@ -140,6 +140,10 @@ class LinearMixerOf : public LinearMixer {
   }
 
  protected:
+  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const final {
+    const Config& c = config(configs);
+    return {c.in_proj_width(), c.out_width(), c.conv, c.conv_channels(), c.chunk};
+  }
   [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& c, const std::string& s,
                                        const LayerCostQuery& q) const override {
     return parts().bytes(strategy(s), shape(config(c), q));
@@ -153,7 +157,7 @@ class LinearMixerOf : public LinearMixer {
   }
   // The scenario's strategy name; throws naming the axis for an unknown one.
   [[nodiscard]] Strategy strategy(const std::string& name) const {
-    const std::optional<Strategy> s = parts().parse(name);
+    const std::optional<Strategy> s = parse_cp_strategy<Strategy>(name);
     CP_CHECK_USAGE(s.has_value(), strategy_axis(), ": unknown ", label(), " CP strategy '", name, "'");
     return *s;
   }

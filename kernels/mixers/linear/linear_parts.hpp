@@ -1,8 +1,10 @@
 #pragma once
 // What a linear-recurrence mixer hands the shared machinery, as data: its config's place in MixerConfigs,
-// its layer, its channel split (LinearLayerSpec), its cost shape and formulas, its strategy names. From
-// these, written once here and in linear_mixer.hpp (LinearMixerOf), come its step contexts (the reference
-// rank's and a CP rank's) and the plumbing of its registry entry. A mixer declares one overload
+// its layer, its channel split (LinearLayerSpec), its cost shape and formulas. Its strategy names come
+// with its Strategy enum (strategy_table, linear_costs.hpp), its layer's widths with its Config
+// (in_proj_width(), out_width(), conv_channels(), conv, chunk). From these, written once here and in
+// linear_mixer.hpp (LinearMixerOf), come its step contexts (the reference rank's and a CP rank's) and the
+// plumbing of its registry entry. A mixer declares one overload
 //
 //   const LinearParts<Config, Strategy, Shape, Context>& linear_parts(const Config&);
 //
@@ -37,8 +39,6 @@ struct LinearParts {
   Shape (*shape)(const Config&, const LinearCpShape&);
   LinearCpBytes (*bytes)(Strategy, const Shape&);   // bytes per layer and rank (checked every step)
   int64_t (*extra_memory)(Strategy, const Shape&);  // CP's extra bytes per layer and rank
-  std::optional<Strategy> (*parse)(const std::string&);
-  std::vector<std::string> (*known)();              // the strategies' scenario names, default first
 };
 
 // The layer factory of LinearParts::layer for a layer type constructed from (config, init).
@@ -73,6 +73,21 @@ template <class Context, class StatePassing, class ChannelParallel>
            who, ": output ", shape_str(out.sizes()), ", expected [", proj.size(0), ", ", proj.size(1), ", ", width_out,
            "] (rank ", r, ")");
   return out;
+}
+
+// A linear mixer's recurrent part under the case's strategy: proj [R, S_local, config.in_proj_width()] (this
+// rank's tokens) -> [R, S_local, config.out_width()] (every head's output for them), by one of the mixer's
+// two paths, declared beside its Params and found by argument-dependent lookup:
+//   state_passing_forward(proj, params, config, ctx)     under state passing (ctx.state_passing set)
+//   channel_parallel_forward(proj, params, config, ctx)  its default strategy, and one rank
+// Collective over ctx.comm.
+template <class Params, class Config, class Context>
+[[nodiscard]] at::Tensor linear_forward(const at::Tensor& proj, const Params& params, const Config& c,
+                                        const Context& ctx) {
+  return linear_forward(
+      proj, ctx, c.in_proj_width(), c.out_width(), linear_parts(c).spec(c).who,
+      [&](const at::Tensor& p) { return state_passing_forward(p, params, c, ctx); },
+      [&](const at::Tensor& p) { return channel_parallel_forward(p, params, c, ctx); });
 }
 
 // The parts of the mixer whose config is `Config`.

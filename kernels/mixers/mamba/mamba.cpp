@@ -71,11 +71,9 @@ SsmScanInputs conv_to_scan_inputs(const at::Tensor& taps, const at::Tensor& dt_r
   return in;
 }
 
-namespace {
-
 // Hidden-parallel (and one rank): the whole stream for this rank's channels.
-at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
-                                   const SsmStepContext& ctx) {
+at::Tensor channel_parallel_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                                    const SsmStepContext& ctx) {
   // fill_cp_context refused a split that does not divide the heads and groups.
   const int64_t W = ctx.comm ? ctx.comm->size() : 1;
   const int64_t h_l = c.heads / W, d_l = h_l * c.head_dim, g_l = c.groups >= W ? c.groups / W : 1;
@@ -95,16 +93,6 @@ at::Tensor hidden_parallel_forward(const at::Tensor& proj, const SsmParams& para
                            .reshape({mine.size(0), mine.size(1), d_l})
                            .to(st);
   return channel_parallel_return(y, ctx, "ssm_a2a");  // [R, S_local, d_inner]
-}
-
-}  // namespace
-
-at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
-                             const SsmStepContext& ctx) {
-  return linear_forward(
-      proj, ctx, c.in_proj_width(), c.d_inner(), "mamba",
-      [&](const at::Tensor& p) { return mamba_state_passing_forward(p, params, c, ctx); },
-      [&](const at::Tensor& p) { return hidden_parallel_forward(p, params, c, ctx); });
 }
 
 }  // namespace cpbench

@@ -7,7 +7,7 @@
 // dt = softplus(dt + dt_bias); y = selective_scan(x, dt, A = -exp(A_log), B, C) + D * x;
 // out = out_proj(y * silu(z)). Heads h use B/C group h / (H / G).
 //
-// Hidden-parallel CP (mamba_ssm_forward): the sequence is not split. One all-to-all turns this rank's
+// Hidden-parallel CP (channel_parallel_forward): the sequence is not split. One all-to-all turns this rank's
 // tokens of every channel, [R, S/W, ...], into every token of this rank's channels, [R, S, ...]: the
 // x channels and dt of heads [r*H/W, (r+1)*H/W), and the B/C channels of their groups (G >= W: groups
 // [r*G/W, (r+1)*G/W); G < W: group r / (W/G), so each group is sent to W/G ranks). The received
@@ -49,24 +49,23 @@ struct SsmParams {
   at::Tensor D;        // [H]
 };
 
-// What the Mamba layers need this step (kernels/mixers/linear/linear_step.hpp has the shared part). Built
-// by single_rank_linear_context / cp_linear_context (linear_parts.hpp) with SsmCpOptions (the strategy and
-// the two negative controls: the rank-order scan, the dropped incoming state).
+// What the Mamba layers need this step (linear_step.hpp has the shared part; built by
+// single_rank_linear_context / cp_linear_context, linear_parts.hpp, whose options carry the strategy and
+// the two negative controls: the rank-order scan, the dropped incoming state), and the mixer's parts
+// (mamba_mixer.cpp) with its channel split under hidden_parallel and its refusal (mamba_spec).
 using SsmStepContext = LinearStepContextOf<SsmCpStrategy, SsmCpShape, 'M'>;
-using SsmCpOptions = LinearCpOptions<SsmCpStrategy>;
-// The Mamba mixer's parts (mamba_mixer.cpp).
 [[nodiscard]] const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&);
-// Its channel split: which proj channels each rank takes under hidden_parallel, and its refusal.
 [[nodiscard]] LinearLayerSpec mamba_spec(const SsmConfig& config);
 
-// The SSM part of one layer: proj [R, S_local, in_proj_width] (this rank's tokens) -> y [R, S_local,
-// d_inner] (before the gate), every head's output for this rank's tokens. Collective over ctx.comm.
-[[nodiscard]] at::Tensor mamba_ssm_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& config,
-                                           const SsmStepContext& ctx);
-// The same under state passing (mamba_state_passing.cpp; ctx.state_passing set): two all-gathers forward,
-// two reduce-scatters backward (K = 1: one each).
-[[nodiscard]] at::Tensor mamba_state_passing_forward(const at::Tensor& proj, const SsmParams& params,
-                                                     const SsmConfig& config, const SsmStepContext& ctx);
+// The SSM part of one layer is linear_forward(proj, params, config, ctx) (linear_parts.hpp): proj [R,
+// S_local, in_proj_width] (this rank's tokens) -> y [R, S_local, d_inner] (before the gate), every head's
+// output for them, collective over ctx.comm, by one of these two paths: hidden_parallel (mamba.cpp; also
+// one rank) or state_passing (mamba_state_passing.cpp: two all-gathers forward, two reduce-scatters
+// backward; K = 1: one each).
+[[nodiscard]] at::Tensor channel_parallel_forward(const at::Tensor& proj, const SsmParams& params,
+                                                  const SsmConfig& config, const SsmStepContext& ctx);
+[[nodiscard]] at::Tensor state_passing_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& config,
+                                               const SsmStepContext& ctx);
 
 // The scan's inputs after the causal conv, as ssm_scan takes them (shapes in its contract), in the
 // compute dtype `ct`. `taps` [R, L, K, cc]: each token's conv window (tap K-1 = the token itself);

@@ -24,6 +24,7 @@ struct SsmConfig {
   [[nodiscard]] int64_t d_inner() const { return heads * head_dim; }
   [[nodiscard]] int64_t conv_channels() const { return d_inner() + 2 * groups * state; }  // [x | B | C]
   [[nodiscard]] int64_t in_proj_width() const { return 2 * d_inner() + 2 * groups * state + heads; }
+  [[nodiscard]] int64_t out_width() const { return d_inner(); }  // y, before the gate
   // Throws UsageError naming model.ssm.<key>.
   void validate() const;
   // "" when hidden-parallel CP over `cp` ranks can split this layer, else the one-line reason

@@ -1,21 +1,8 @@
 #include "kernels/mixers/mamba/mamba_cp_costs.hpp"
 
-#include <algorithm>
-
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
-
-namespace {
-constexpr StrategyNames<SsmCpStrategy, 2> kSsmStrategies{
-    {{SsmCpStrategy::hidden_parallel, "hidden_parallel"}, {SsmCpStrategy::state_passing, "state_passing"}}};
-}  // namespace
-
-const char* to_string(SsmCpStrategy strategy) { return strategy_name(kSsmStrategies, strategy); }
-std::optional<SsmCpStrategy> parse_ssm_cp_strategy(const std::string& name) {
-  return parse_strategy(kSsmStrategies, name);
-}
-std::vector<std::string> known_ssm_cp_strategies() { return strategy_names(kSsmStrategies); }
 
 namespace {
 
@@ -28,10 +15,6 @@ void check_shape(const SsmCpShape& s) {
            s.chunks_per_rank);
   CP_CHECK(s.seq_len % s.cp == 0, "ssm_cp_costs: seq_len ", s.seq_len, " is not a multiple of cp ", s.cp);
   CP_CHECK(s.heads % s.groups == 0, "ssm_cp_costs: groups ", s.groups, " do not divide heads ", s.heads);
-}
-
-int64_t summary_block(const SsmCpShape& s) {
-  return s.chunks_per_rank * s.batch * s.heads * (s.head_dim * s.state + 1) * s.state_elem_bytes;
 }
 
 }  // namespace
@@ -47,30 +30,22 @@ int64_t SsmCpShape::hidden_parallel_channels() const {
   return h_l * head_dim + 2 * g_l * state + h_l;
 }
 
-SsmCpBytes hidden_parallel_bytes(const SsmCpShape& s) {
+LinearCpTerms ssm_cp_terms(SsmCpStrategy strategy, const SsmCpShape& s) {
   check_shape(s);
-  if (s.cp == 1) return {};
-  return channel_parallel_bytes(s.batch, s.seq_len, s.cp, s.hidden_parallel_channels(), s.heads / s.cp * s.head_dim,
-                                s.elem_bytes);
-}
-
-SsmCpBytes state_passing_bytes(const SsmCpShape& s) {
-  check_shape(s);
-  return state_passing_exchange_bytes(s.cp, summary_block(s), halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes));
+  if (strategy == SsmCpStrategy::hidden_parallel)
+    return {.channels_in = s.hidden_parallel_channels(), .channels_out = s.heads / s.cp * s.head_dim};
+  // Per chunk and row: each head's final state [P, N] and its cumulative decay.
+  const int64_t states = s.chunks_per_rank * s.batch * s.heads * s.state_elem_bytes;
+  return {.state_passing = true, .summary_block = states * (s.head_dim * s.state + 1),
+          .conv_channels = s.conv_channels(), .incoming_state_block = states * s.head_dim * s.state};
 }
 
 SsmCpBytes ssm_cp_bytes(SsmCpStrategy strategy, const SsmCpShape& s) {
-  return strategy == SsmCpStrategy::state_passing ? state_passing_bytes(s) : hidden_parallel_bytes(s);
+  return linear_cp_bytes(s, ssm_cp_terms(strategy, s));
 }
 
 int64_t ssm_cp_extra_memory_bytes(SsmCpStrategy strategy, const SsmCpShape& s) {
-  check_shape(s);
-  if (s.cp == 1) return 0;
-  if (strategy == SsmCpStrategy::hidden_parallel)
-    return channel_parallel_memory(s.batch, s.seq_len, s.hidden_parallel_channels(), s.heads / s.cp * s.head_dim,
-                                   s.elem_bytes);
-  return s.cp * (summary_block(s) + halo_block_bytes(s.chunks_per_rank, s.batch, s.conv, s.conv_channels(), s.elem_bytes)) +
-         s.chunks_per_rank * s.batch * s.heads * s.head_dim * s.state * s.state_elem_bytes;
+  return linear_cp_extra_memory_bytes(s, ssm_cp_terms(strategy, s));
 }
 
 }  // namespace cpbench

@@ -16,22 +16,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kernels/mixers/linear/linear_costs.hpp"
-#include "kernels/mixers/linear/scan_plan.hpp"  // contiguous_runs, max_runs_per_rank
 #include "kernels/mixers/mamba/mamba_config.hpp"
 
 namespace cpbench {
 
 enum class SsmCpStrategy { hidden_parallel, state_passing };
-
-// "hidden_parallel" | "state_passing".
-[[nodiscard]] const char* to_string(SsmCpStrategy strategy);
-// nullopt when `name` is none of known_ssm_cp_strategies().
-[[nodiscard]] std::optional<SsmCpStrategy> parse_ssm_cp_strategy(const std::string& name);
-[[nodiscard]] std::vector<std::string> known_ssm_cp_strategies();
+// The `ssm_cp` axis's spellings, the default first (to_string, parse_cp_strategy, known_cp_strategies).
+constexpr StrategyNames<SsmCpStrategy, 2> strategy_table(SsmCpStrategy) {
+  return {{{SsmCpStrategy::hidden_parallel, "hidden_parallel"}, {SsmCpStrategy::state_passing, "state_passing"}}};
+}
 
 // One Mamba layer under CP. Units: tokens, channels, bytes.
 struct SsmCpShape : LinearCpShape {
@@ -52,28 +48,16 @@ struct SsmCpShape : LinearCpShape {
 
 using SsmCpBytes = LinearCpBytes;
 
-// hidden_parallel: each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again
-// in reverse:
-//   forward = backward = (W-1) * R * S/W * (hidden_parallel_channels() + H/W * P) * elem_bytes
-// (the first all-to-all carries [R, S/W, W * channels], the second [R, S, H/W * P]); 2 + 2 calls.
-[[nodiscard]] SsmCpBytes hidden_parallel_bytes(const SsmCpShape& s);
-
-// state_passing: an all-gather sends this rank's block to W-1 ranks; its backward (a reduce-scatter)
-// returns W-1 gradient blocks of the same size:
-//   summaries = chunks_per_rank * R * H * (P*N + 1) * state_elem_bytes   (final state + decay per chunk)
-//   halo      = chunks_per_rank * R * (K-1) * conv_channels * elem_bytes  (0 and no call when K = 1)
-//   forward = backward = (W-1) * (summaries + halo); 2 + 2 calls (1 + 1 when K = 1). No S in it.
-[[nodiscard]] SsmCpBytes state_passing_bytes(const SsmCpShape& s);
-
-// The strategy's formula; W = 1 sends nothing (all zeros).
+// The strategy's terms for linear_cp_bytes / linear_cp_extra_memory_bytes (linear_costs.hpp):
+//   hidden_parallel  channels_in = hidden_parallel_channels(), channels_out = H/W * P (the first all-to-all
+//                    carries [R, S/W, W * channels], the second [R, S, H/W * P]): bytes grow with S
+//   state_passing    summary_block = chunks_per_rank * R * H * (P*N + 1) * state_elem_bytes (final state + decay
+//                    per chunk), the halo of conv_channels(), incoming_state_block = chunks_per_rank * R * H * P * N
+//                    * state_elem_bytes: no S in the bytes
+// (the scan's own intermediates are the same in both: S x H/W token-heads either way).
+[[nodiscard]] LinearCpTerms ssm_cp_terms(SsmCpStrategy strategy, const SsmCpShape& s);
+// Bytes one rank sends per layer, and CP's extra bytes it holds for the backward, under `strategy`.
 [[nodiscard]] SsmCpBytes ssm_cp_bytes(SsmCpStrategy strategy, const SsmCpShape& s);
-
-// Extra bytes one rank holds per layer for the backward because of CP (the scan's own intermediates
-// are the same in both: S x H/W token-heads either way):
-//   hidden_parallel  the full sequence for this rank's channels and its scan output before the return:
-//                    R * S * (hidden_parallel_channels() + H/W * P) * elem_bytes
-//   state_passing    every rank's summaries and halos (W x the blocks above) plus the incoming state of
-//                    each own chunk: W * (summaries + halo) + chunks_per_rank * R * H * P * N * state_elem_bytes
 [[nodiscard]] int64_t ssm_cp_extra_memory_bytes(SsmCpStrategy strategy, const SsmCpShape& s);
 
 }  // namespace cpbench

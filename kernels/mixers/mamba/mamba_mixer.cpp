@@ -38,7 +38,7 @@ class MambaLayer final : public MixerLayer {
     const auto& ctx = step_context<SsmStepContext>(step, 'M', "Mamba");
     const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
     const at::Tensor z = proj.narrow(-1, 0, c_.d_inner());
-    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return mamba_ssm_forward(p, p_, c_, ctx); });
+    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, p_, c_, ctx); });
     return at::linear(y * at::silu(z), out_proj_);
   }
 
@@ -127,10 +127,6 @@ class MambaMixer final : public LinearMixerOf<SsmConfig> {
             layers_term(configs, q, tokens, guess)};
   }
  protected:
-  [[nodiscard]] LinearLayerSizes layer_sizes(const MixerConfigs& configs) const override {
-    const SsmConfig& c = configs.ssm;
-    return {c.in_proj_width(), c.d_inner(), c.conv, c.conv_channels(), c.chunk};
-  }
   [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                         const LayerCostQuery& q) const override {
     const SsmConfig& c = configs.ssm;
@@ -154,8 +150,7 @@ class MambaMixer final : public LinearMixerOf<SsmConfig> {
 
 const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
   static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
-      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes,
-      parse_ssm_cp_strategy, known_ssm_cp_strategies};
+      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes};
   return parts;
 }
 

@@ -64,8 +64,8 @@ at::Tensor incoming_state_correction(const StatePassingPlan& sp, const SsmScanIn
 
 }  // namespace
 
-at::Tensor mamba_state_passing_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
-                                       const SsmStepContext& ctx) {
+at::Tensor state_passing_forward(const at::Tensor& proj, const SsmParams& params, const SsmConfig& c,
+                                 const SsmStepContext& ctx) {
   const StatePassingPlan& sp = step_state_passing_plan(ctx, c.conv, "mamba");
   const int64_t R = proj.size(0), L = proj.size(1);
   const at::ScalarType st = proj.scalar_type(), ct = recurrence_dtype(st);
