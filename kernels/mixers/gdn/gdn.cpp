@@ -3,20 +3,17 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/mixers/config_check.hpp"
 #include "kernels/mixers/linear/state_passing.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
 
 void GdnConfig::validate() const {
-  CP_CHECK_USAGE(key_heads >= 1, "model.gdn.key_heads: expected a positive integer, got ", key_heads);
-  CP_CHECK_USAGE(value_heads >= 1 && value_heads % key_heads == 0, "model.gdn.value_heads: ", value_heads,
+  check_field_minimums("gdn", *this);
+  CP_CHECK_USAGE(value_heads % key_heads == 0, "model.gdn.value_heads: ", value_heads,
                  " must be a positive multiple of model.gdn.key_heads ", key_heads,
                  " (value heads share key heads in groups)");
-  CP_CHECK_USAGE(key_head_dim >= 1, "model.gdn.key_head_dim: expected a positive integer, got ", key_head_dim);
-  CP_CHECK_USAGE(value_head_dim >= 1, "model.gdn.value_head_dim: expected a positive integer, got ", value_head_dim);
-  CP_CHECK_USAGE(conv >= 1, "model.gdn.conv: expected a positive integer, got ", conv);
-  CP_CHECK_USAGE(chunk >= 1, "model.gdn.chunk: expected a positive integer, got ", chunk);
 }
 
 std::vector<ConfigField> GdnConfig::fields() {

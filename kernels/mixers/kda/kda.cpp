@@ -3,16 +3,14 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/mixers/config_check.hpp"
 #include "kernels/mixers/linear/state_passing.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
 
 void KdaConfig::validate() const {
-  for (const auto& [key, v] : std::vector<std::pair<const char*, int64_t>>{
-           {"heads", heads}, {"key_head_dim", key_head_dim}, {"value_head_dim", value_head_dim},
-           {"conv", conv}, {"chunk", chunk}, {"gate_rank", gate_rank}})
-    CP_CHECK_USAGE(v >= 1, "model.kda.", key, ": expected a positive integer, got ", v);
+  check_field_minimums("kda", *this);
 }
 
 std::vector<ConfigField> KdaConfig::fields() {

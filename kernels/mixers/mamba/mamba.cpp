@@ -2,18 +2,15 @@
 
 #include <vector>
 
+#include "kernels/mixers/config_check.hpp"
 #include "kernels/mixers/linear/state_passing.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
 
 void SsmConfig::validate() const {
-  CP_CHECK_USAGE(heads >= 1, "model.ssm.heads: expected a positive integer, got ", heads);
-  CP_CHECK_USAGE(head_dim >= 1, "model.ssm.head_dim: expected a positive integer, got ", head_dim);
-  CP_CHECK_USAGE(state >= 1, "model.ssm.state: expected a positive integer, got ", state);
-  CP_CHECK_USAGE(groups >= 1 && heads % groups == 0, "model.ssm.groups: ", groups, " must divide model.ssm.heads ",
-                 heads);
-  CP_CHECK_USAGE(conv >= 1, "model.ssm.conv: expected a positive integer, got ", conv);
+  check_field_minimums("ssm", *this);
+  CP_CHECK_USAGE(heads % groups == 0, "model.ssm.groups: ", groups, " must divide model.ssm.heads ", heads);
 }
 
 std::string SsmConfig::cp_unsupported_reason(int64_t cp) const {
