@@ -118,6 +118,16 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
                                         const LayerCostQuery& q) const override {
     return delta_rule_cp_flops(this->strategy(strategy), shape(configs.kda, q), configs.kda.chunk, true);
   }
+  // The delta rule's passes through HBM, head_parallel's all-to-all copies, and the pairs alone of state
+  // passing's exchange (gdn_cp_costs.hpp: delta_rule_cp_hbm_bytes, head_parallel_copy_bytes).
+  [[nodiscard]] CoreTraffic core_traffic(const MixerConfigs& configs, const std::string& strategy,
+                                         const LayerCostQuery& q, const LinearCpBytes& bytes) const override {
+    const GdnCpStrategy st = this->strategy(strategy);
+    const GdnCpShape sh = shape(configs.kda, q);
+    const bool hp = st == GdnCpStrategy::head_parallel;
+    return {delta_rule_cp_hbm_bytes(st, sh, configs.kda.chunk, true), hp ? head_parallel_copy_bytes(bytes.forward, q.cp) : 0.0,
+            hp ? bytes : gdn_state_passing_pair_bytes(sh)};
+  }
   // The chunked form's 3 fp32 [tokens, Q] matrices per head, one fp32 state per chunk, and the per-channel
   // products' scalings: 5/2 fp32 [tokens, dk] per head and halving level.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
