@@ -23,6 +23,17 @@ LayerCost layer_cost(const ModelShape& m, const Mixer& mixer, const std::string&
   return mixer.layer_cost(m, strategy, q);
 }
 
+// The core's forward time on one rank: with its HBM traffic modelled (LayerCost::recurrence_hbm_bytes, the
+// delta rule's passes), its FLOPs at the cluster's dense rate plus its passes at the HBM bandwidth (the
+// kernels run one after another, so the two add); without it, its FLOPs at the cluster's ssm_flops (a prior
+// that folds the memory-bound passes into one rate: Mamba's scan).
+double core_time(const PlanRequest& r, const LayerCost& c) {
+  const double hbm = r.cluster.kernel.hbm_bandwidth;
+  if (c.recurrence_hbm_bytes > 0 && hbm > 0)
+    return c.recurrence_flops / r.cluster.attention_flops + c.recurrence_hbm_bytes / hbm;
+  return c.recurrence_flops / r.cluster.ssm_flops;
+}
+
 std::string flag_of(const std::string& axis) {
   std::string f = "--" + axis;
   std::replace(f.begin(), f.end(), '_', '-');
@@ -70,17 +81,26 @@ SsmCase mixer_case(const PlanRequest& r, const Mixer& mixer, int64_t e, const st
   out.mixer = mixer.label();
   out.strategy = strategy;
   out.flops_per_rank = layers * (cost.recurrence_flops + cost.dense_flops);
-  out.compute_s = layers * pass_factor(r) *
-                  (cost.recurrence_flops / r.cluster.ssm_flops + cost.dense_flops / r.cluster.attention_flops);
+  out.core_compute_s = layers * pass_factor(r) * core_time(r, cost);
+  out.hbm_modelled = cost.recurrence_hbm_bytes > 0 && r.cluster.kernel.hbm_bandwidth > 0;
+  out.compute_s = out.core_compute_s + layers * pass_factor(r) * cost.dense_flops / r.cluster.attention_flops;
   const bool train = r.pass == Pass::train;
-  const int64_t sent = train ? cost.bytes.total() : cost.bytes.forward;
-  const int64_t calls = cost.bytes.calls_forward + (train ? cost.bytes.calls_backward : 0);
   const double bandwidth = W <= r.cluster.gpus_per_node ? r.cluster.intra_bandwidth : r.cluster.inter_bandwidth;
-  out.bytes_per_rank = m.layers_of(mixer.letter()) * sent;
-  out.comm_s = W > 1 ? layers * (static_cast<double>(sent) / bandwidth +
-                                 static_cast<double>(calls * (W - 1)) * r.cluster.latency_s)
-                     : 0.0;
+  // The copies around the collectives run again for the backward's gradients (forward = backward, as the bytes).
+  const double hbm = r.cluster.kernel.hbm_bandwidth;
+  const double copy_s = hbm > 0 ? (train ? 2.0 : 1.0) * cost.copy_hbm_bytes / hbm : 0.0;
+  const auto comm = [&](const LinearCpBytes& b) {
+    const int64_t sent = train ? b.total() : b.forward;
+    const int64_t calls = b.calls_forward + (train ? b.calls_backward : 0);
+    return W > 1 ? layers * (static_cast<double>(sent) / bandwidth +
+                             static_cast<double>(calls * (W - 1)) * r.cluster.latency_s + copy_s)
+                 : 0.0;
+  };
+  out.bytes_per_rank = m.layers_of(mixer.letter()) * (train ? cost.bytes.total() : cost.bytes.forward);
+  out.comm_s = comm(cost.bytes);
+  out.core_comm_s = comm(cost.core_bytes);
   out.step_s = out.compute_s + out.comm_s;
+  out.core_step_s = out.core_compute_s + out.core_comm_s;
   out.activation_bytes = mixer_activation_bytes(m, mixer, strategy, 1, P, W, e, chunks_per_rank);
   return out;
 }
@@ -91,7 +111,7 @@ double mixer_unsharded_time(const PlanRequest& r) {
   const LayerCost cost =
       layer_cost(r.model, *mixer, mixer->strategies().front(), 1, r.seq_len, 1, dtype_size(r.dtype), 1);
   return static_cast<double>(r.model.layers_of(mixer->letter())) * pass_factor(r) *
-         (cost.recurrence_flops / r.cluster.ssm_flops + cost.dense_flops / r.cluster.attention_flops);
+         (core_time(r, cost) + cost.dense_flops / r.cluster.attention_flops);
 }
 
 }  // namespace cpbench::plan

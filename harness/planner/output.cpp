@@ -84,7 +84,9 @@ nlohmann::json plan_to_json(const Plan& plan) {
                   {"flops_per_rank", c.ssm.flops_per_rank},
                   {"bytes_per_rank", c.ssm.bytes_per_rank}, {"compute_s", c.ssm.compute_s},
                   {"comm_s", c.ssm.comm_s},           {"step_s", c.ssm.step_s},
-                  {"activation_bytes", c.ssm.activation_bytes}};
+                  {"activation_bytes", c.ssm.activation_bytes},
+                  {"core", {{"compute_s", c.ssm.core_compute_s}, {"comm_s", c.ssm.core_comm_s},
+                            {"step_s", c.ssm.core_step_s}}}};
     cases.push_back(k);
   }
   j["cases"] = cases;
@@ -140,7 +142,17 @@ std::string plan_to_table(const Plan& plan) {
      << fmt(r.cluster.intra_bandwidth / 1e9) << " GB/s intra-node, " << fmt(r.cluster.inter_bandwidth / 1e9)
      << " GB/s inter-node, " << fmt_time(r.cluster.latency_s) << " latency, " << r.cluster.gpus_per_node
      << " GPUs per node; kernel model " << to_string(r.kernel) << ", pass " << to_string(r.pass);
-  if (ssm) os << "; " << linear->label() << " " << linear->recurrence_name() << " " << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
+  if (ssm) {
+    // A core with its HBM passes modelled runs at the dense rate plus them (mixer_cost.cpp, core_time).
+    bool hbm = false;
+    for (const auto& c : plan.cases) hbm = hbm || c.ssm.hbm_modelled;
+    os << "; " << linear->label() << " " << linear->recurrence_name() << " ";
+    if (hbm && r.cluster.kernel.hbm_bandwidth > 0)
+      os << fmt(r.cluster.attention_flops / 1e12) << " TFLOP/s + passes at " << fmt(r.cluster.kernel.hbm_bandwidth / 1e12)
+         << " TB/s HBM";
+    else
+      os << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
+  }
   os << "\n";
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;

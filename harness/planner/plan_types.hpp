@@ -41,10 +41,15 @@ struct SsmCase {
   std::string strategy;          // hidden_parallel | state_passing; "" when the model has no SSM layer
   double flops_per_rank = 0;     // forward FLOPs: the chunked scan (ssm_scan_flops) + in/out projections + conv
   int64_t bytes_per_rank = 0;    // sent per rank per step (forward + backward, or forward with Pass::forward)
-  double compute_s = 0;          // scan at the cluster's ssm_flops, projections and conv at its attention_flops
-  double comm_s = 0;             // the strategy's collectives (they block the layer: all exposed)
+  double compute_s = 0;          // the core (core_compute_s) + projections and conv at its attention_flops
+  // (the core: the delta rule at the dense rate + its HBM passes; a scan without HBM terms at ssm_flops)
+  double comm_s = 0;             // the strategy's collectives and their copies (they block the layer: all exposed)
   double step_s = 0;             // compute_s + comm_s
   int64_t activation_bytes = 0;  // what the strategy keeps per rank (all SSM layers)
+  // The core alone (the scan / delta rule and its own collectives and their copies; no projections, conv or
+  // conv halo): what flash-linear-attention #691 timed. core_step_s = core_compute_s + core_comm_s.
+  double core_compute_s = 0, core_comm_s = 0, core_step_s = 0;
+  bool hbm_modelled = false;  // the core priced by its FLOPs at the dense rate + its HBM passes (else ssm_flops)
 };
 
 struct PlanCase {

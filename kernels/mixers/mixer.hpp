@@ -92,6 +92,12 @@ struct LayerCost {
   double dense_flops = 0;        // forward FLOPs of its projections and conv on this rank
   LinearCpBytes bytes;           // what this rank sends, forward and backward, and the calls
   int64_t activation_bytes = 0;  // what the layer keeps per rank for the backward, CP's own buffers included
+  // The core's memory-bound side (docs/planner.md, "Gated DeltaNet layers"; 0 where a mixer does not model it,
+  // and its core then runs at the cluster's ssm_flops): forward bytes its kernels' passes move through HBM on
+  // this rank, and forward bytes of the layout copies around its strategy's collectives (exposed).
+  double recurrence_hbm_bytes = 0;
+  double copy_hbm_bytes = 0;
+  LinearCpBytes core_bytes;  // the part of `bytes` the core's own collectives send (no conv halo)
 };
 
 // What admission (harness/runner/admission.hpp) asks a mixer about a case: its layers' memory on a rank.

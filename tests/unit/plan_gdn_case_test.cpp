@@ -18,7 +18,8 @@ using namespace cpbench;
 namespace {
 
 constexpr double kLayers = 36;
-constexpr double kSsmRate = 150e12, kDenseRate = 600e12, kBandwidth = 400e9, kLatency = 5e-6;  // h100-nvlink
+constexpr double kSsmRate = 150e12, kDenseRate = 600e12, kBandwidth = 400e9, kLatency = 5e-6,  // h100-nvlink
+                 kHbm = 3.0e12;
 
 plan::Plan qwen3_next(plan::Pass pass) {
   plan::PlanRequest r;
@@ -53,6 +54,16 @@ constexpr double kOtherW2 = 4419521347584.0, kOtherW8 = 1104880336896.0;
 constexpr double kHpDeltaW2 = 343597383680.0, kHpDeltaW8 = 85899345920.0;
 constexpr double kSpDeltaW2 = 618743726080.0, kSpDeltaW8 = 155692564480.0;
 
+// The delta rule's passes through HBM, forward (delta_rule_pass_bytes; the FLOPs above then run at the dense
+// rate): per token and value head 2 (6*128 + 6*128 + 64 + 2*128*128/64) = 4224 bytes; state passing's summary
+// pass adds 2 (2*128 + 128) = 768 -> 4992.
+//   head_parallel: 4224 * 131072 * 32 / W -> 8858370048 (W 2), 2214592512 (W 8)
+//   state_passing: 4992 * (131072 / W) * 32 -> 10468982784 (W 2), 2617245696 (W 8)
+// head_parallel's all-to-all copies, forward: 2 * forward bytes * W / (W-1) (below's kHpFwd):
+//   W 2: 2 * 809500672 * 2 = 3238002688; W 8: 2 * 354156544 * 8 / 7 = 809500672
+constexpr double kHpHbmW2 = 8858370048.0, kHpHbmW8 = 2214592512.0, kSpHbmW2 = 10468982784.0, kSpHbmW8 = 2617245696.0;
+constexpr double kHpCopyW2 = 3238002688.0, kHpCopyW8 = 809500672.0;
+
 // Bytes one rank sends per layer, forward (the backward sends the same again):
 //   head_parallel: (W-1) s (2 hk dk + hv dv + 2 hv + hv dv) 2 bytes, hk = max(1, 16/W), hv = 32/W
 //     W 2: 1 * 65536 * (2048 + 2048 + 32 + 2048) * 2 = 809500672
@@ -61,18 +72,20 @@ constexpr double kSpDeltaW2 = 618743726080.0, kSpDeltaW8 = 155692564480.0;
 //     W 2: 4243456, W 8: 29704192
 constexpr int64_t kHpFwdW2 = 809500672, kHpFwdW8 = 354156544, kSpFwdW2 = 4243456, kSpFwdW8 = 29704192;
 
-void expect_case(const plan::SsmCase& c, double delta, double other, int64_t forward_bytes, int64_t calls_per_pass,
-                 int64_t W, bool train) {
+void expect_case(const plan::SsmCase& c, double delta, double hbm, double copies, double other, int64_t forward_bytes,
+                 int64_t calls_per_pass, int64_t W, bool train) {
   SCOPED_TRACE(c.strategy + " W=" + std::to_string(W) + (train ? " train" : " forward"));
   EXPECT_EQ(c.mixer, "GDN");
   // flops_per_rank: the forward's FLOPs in both passes (plan_types.hpp); compute_s triples them to train.
   EXPECT_NEAR(c.flops_per_rank, kLayers * (delta + other), 1e-12 * c.flops_per_rank);
   const double factor = train ? 3 : 1;
-  EXPECT_NEAR(c.compute_s, kLayers * factor * (delta / kSsmRate + other / kDenseRate), 1e-12 * c.compute_s);
+  EXPECT_NEAR(c.compute_s, kLayers * factor * (delta / kDenseRate + hbm / kHbm + other / kDenseRate), 1e-12 * c.compute_s);
+  EXPECT_NEAR(c.core_compute_s, kLayers * factor * (delta / kDenseRate + hbm / kHbm), 1e-12 * c.core_compute_s);
   const int64_t sent = (train ? 2 : 1) * forward_bytes;
   EXPECT_EQ(c.bytes_per_rank, 36 * sent);
   const double calls = static_cast<double>((train ? 2 : 1) * calls_per_pass * (W - 1));
-  EXPECT_NEAR(c.comm_s, kLayers * (static_cast<double>(sent) / kBandwidth + calls * kLatency), 1e-12 * c.comm_s);
+  const double copy_s = (train ? 2 : 1) * copies / kHbm;
+  EXPECT_NEAR(c.comm_s, kLayers * (static_cast<double>(sent) / kBandwidth + calls * kLatency + copy_s), 1e-12 * c.comm_s);
   EXPECT_NEAR(c.step_s, c.compute_s + c.comm_s, 1e-12 * c.step_s);
 }
 
@@ -85,6 +98,7 @@ TEST(PlanGdnCase, PresetSizesTheHandNumbersAssume) {
   const plan::Cluster c = plan::cluster_preset("h100-nvlink");
   EXPECT_EQ(c.ssm_flops, kSsmRate);
   EXPECT_EQ(c.attention_flops, kDenseRate);
+  EXPECT_EQ(c.kernel.hbm_bandwidth, kHbm);
   EXPECT_EQ(c.intra_bandwidth, kBandwidth);
   EXPECT_EQ(c.latency_s, kLatency);
   EXPECT_EQ(c.gpus_per_node, 8);
@@ -92,18 +106,18 @@ TEST(PlanGdnCase, PresetSizesTheHandNumbersAssume) {
 
 TEST(PlanGdnCase, TrainingStepBytesAndFlopsAtTwoAndEightRanks) {
   const plan::Plan p = qwen3_next(plan::Pass::train);
-  expect_case(gdn_of(p, 2, "head_parallel"), kHpDeltaW2, kOtherW2, kHpFwdW2, 2, 2, true);
-  expect_case(gdn_of(p, 8, "head_parallel"), kHpDeltaW8, kOtherW8, kHpFwdW8, 2, 8, true);
-  expect_case(gdn_of(p, 2, "state_passing"), kSpDeltaW2, kOtherW2, kSpFwdW2, 2, 2, true);
-  expect_case(gdn_of(p, 8, "state_passing"), kSpDeltaW8, kOtherW8, kSpFwdW8, 2, 8, true);
+  expect_case(gdn_of(p, 2, "head_parallel"), kHpDeltaW2, kHpHbmW2, kHpCopyW2, kOtherW2, kHpFwdW2, 2, 2, true);
+  expect_case(gdn_of(p, 8, "head_parallel"), kHpDeltaW8, kHpHbmW8, kHpCopyW8, kOtherW8, kHpFwdW8, 2, 8, true);
+  expect_case(gdn_of(p, 2, "state_passing"), kSpDeltaW2, kSpHbmW2, 0, kOtherW2, kSpFwdW2, 2, 2, true);
+  expect_case(gdn_of(p, 8, "state_passing"), kSpDeltaW8, kSpHbmW8, 0, kOtherW8, kSpFwdW8, 2, 8, true);
   // The reading: 23.7 GiB head-parallel at cp 8 for a training step (forward + backward).
   EXPECT_NEAR(static_cast<double>(gdn_of(p, 8, "head_parallel").bytes_per_rank) / (1u << 30), 23.748, 0.001);
 }
 
 TEST(PlanGdnCase, ForwardPassBytesAndFlopsAtTwoAndEightRanks) {
   const plan::Plan p = qwen3_next(plan::Pass::forward);
-  expect_case(gdn_of(p, 2, "head_parallel"), kHpDeltaW2, kOtherW2, kHpFwdW2, 2, 2, false);
-  expect_case(gdn_of(p, 8, "head_parallel"), kHpDeltaW8, kOtherW8, kHpFwdW8, 2, 8, false);
-  expect_case(gdn_of(p, 2, "state_passing"), kSpDeltaW2, kOtherW2, kSpFwdW2, 2, 2, false);
-  expect_case(gdn_of(p, 8, "state_passing"), kSpDeltaW8, kOtherW8, kSpFwdW8, 2, 8, false);
+  expect_case(gdn_of(p, 2, "head_parallel"), kHpDeltaW2, kHpHbmW2, kHpCopyW2, kOtherW2, kHpFwdW2, 2, 2, false);
+  expect_case(gdn_of(p, 8, "head_parallel"), kHpDeltaW8, kHpHbmW8, kHpCopyW8, kOtherW8, kHpFwdW8, 2, 8, false);
+  expect_case(gdn_of(p, 2, "state_passing"), kSpDeltaW2, kSpHbmW2, 0, kOtherW2, kSpFwdW2, 2, 2, false);
+  expect_case(gdn_of(p, 8, "state_passing"), kSpDeltaW8, kSpHbmW8, 0, kOtherW8, kSpFwdW8, 2, 8, false);
 }

@@ -71,4 +71,38 @@ double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t 
   return scan + delta_rule_summary_flops(dk, dv) * tokens * H + compose;
 }
 
+double delta_rule_pass_bytes(const GdnCpShape& s, int64_t chunk, bool channel_gate) {
+  const double e = static_cast<double>(s.elem_bytes), dk = static_cast<double>(s.key_head_dim),
+               dv = static_cast<double>(s.value_head_dim), Q = static_cast<double>(std::max<int64_t>(1, chunk));
+  return e * (6 * dk + 6 * dv + Q + 2 * dk * dv / Q) + (channel_gate ? 5 * 4 * dk : 0.0);
+}
+
+double delta_rule_cp_hbm_bytes(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate) {
+  check_gdn_shape(s);
+  const int64_t W = s.cp, S = s.seq_len;
+  const double H = static_cast<double>(s.value_heads), pass = delta_rule_pass_bytes(s, chunk, channel_gate);
+  if (W > 1 && strategy == GdnCpStrategy::head_parallel)
+    return pass * static_cast<double>(S) * H / static_cast<double>(W);
+  const double tokens = static_cast<double>(S / W) * H;
+  if (W == 1) return pass * tokens;
+  const double e = static_cast<double>(s.elem_bytes), dk = static_cast<double>(s.key_head_dim),
+               dv = static_cast<double>(s.value_head_dim);
+  const double summary = e * (2 * dk + dv) + (channel_gate ? 4 * dk : 0.0);
+  return (pass + summary) * tokens;
+}
+
+double head_parallel_copy_bytes(int64_t forward_bytes, int64_t cp) {
+  if (cp <= 1) return 0;
+  return 2.0 * static_cast<double>(forward_bytes) * static_cast<double>(cp) / static_cast<double>(cp - 1);
+}
+
+LinearCoreTraffic delta_rule_core_traffic(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk,
+                                          bool channel_gate, const LinearCpBytes& bytes) {
+  const double hbm = delta_rule_cp_hbm_bytes(strategy, s, chunk, channel_gate);
+  if (strategy == GdnCpStrategy::head_parallel) return {hbm, head_parallel_copy_bytes(bytes.forward, s.cp), bytes};
+  LinearCpTerms pairs = gdn_cp_terms(strategy, s);
+  pairs.conv_channels = 0;  // the pairs' all-gather alone
+  return {hbm, 0.0, linear_cp_bytes(s, pairs)};
+}
+
 }  // namespace cpbench

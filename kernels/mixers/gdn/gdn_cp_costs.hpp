@@ -74,4 +74,38 @@ using GdnCpBytes = LinearCpBytes;
 //   W = 1          gdn_scan_flops(s, Q, dk, dv) * s * H
 [[nodiscard]] double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate);
 
+// THE delta rule's forward HBM traffic on one rank per layer and row: what the chunked kernels' memory-bound
+// passes read and write (the planner prices them at the cluster's HBM bandwidth beside the FLOPs at its dense
+// rate; docs/planner.md, "Gated DeltaNet layers"). Counted per token and value head from flash-linear-
+// attention's chunked forward (fla/ops/gated_delta_rule/chunk.py, kda/chunk.py), activations in elem_bytes e:
+//   intra  (k k^T, the UT solve, w and u): reads k, v; writes w, u and the Q-wide A      e (2 dk + 2 dv + Q)
+//   fwd_h  (the state pass):  reads k, w, u; writes v_new and one dk x dv state per chunk  e (2 dk + 2 dv + dk dv / Q)
+//   fwd_o  (the outputs):     reads q, k, v_new, that state; writes o                      e (2 dk + 2 dv + dk dv / Q)
+//   -> delta_rule_pass_bytes = e (6 dk + 6 dv + Q + 2 dk dv / Q) per token and head; a per-channel gate
+//      (KDA) adds its fp32 [dk] decays read by the three passes and written and read by the cumulative sum:
+//      5 * 4 dk. (The per-head scalar gate and beta are ~10 bytes: not counted.)
+//   state_passing adds the summary pass over the rank's tokens (FLA's chunk_cp_fwd_h: reads k, w, u, and the
+//      per-channel decays; writes one [dk, dk + dv] block per rank): e (2 dk + dv) (+ 4 dk).
+//   head_parallel  delta_rule_pass_bytes * S * Hv / W;   state_passing  (pass + summary) * s * Hv.
+[[nodiscard]] double delta_rule_pass_bytes(const GdnCpShape& s, int64_t chunk, bool channel_gate);
+[[nodiscard]] double delta_rule_cp_hbm_bytes(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk,
+                                             bool channel_gate);
+
+// The layout copies around head_parallel's all-to-alls, forward HBM bytes per layer and row (exposed: the
+// delta rule waits for them). all_to_all_single exchanges destination-major blocks, so each all-to-all needs
+// one transposing copy of what it exchanges, read and written once: on the way in, [s, W x channels] ->
+// [W, s, channels] before sending (the received [W, s, channels] is already the sequence in order); on the way
+// out, the received [W, s, channels] -> [s, W x channels]. What one all-to-all exchanges per rank (its own part
+// included) is W / (W-1) x what it sends, so copies = 2 * forward_bytes * W / (W-1). state_passing: 0 (its
+// all-gather lands rank-major, the order the composition reads). `forward_bytes`: the strategy's forward
+// all-to-all bytes (gdn_cp_bytes, or KDA's).
+[[nodiscard]] double head_parallel_copy_bytes(int64_t forward_bytes, int64_t cp);
+
+// A delta-rule layer's core traffic (LinearCoreTraffic) under `strategy`: delta_rule_cp_hbm_bytes; under
+// head_parallel its copies (head_parallel_copy_bytes of `bytes`, the strategy's bytes: gdn_cp_bytes or
+// kda_cp_bytes) and all of `bytes`; under state_passing no copies and the pairs' all-gather alone (the terms'
+// summary block without the conv halo).
+[[nodiscard]] LinearCoreTraffic delta_rule_core_traffic(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk,
+                                                        bool channel_gate, const LinearCpBytes& bytes);
+
 }  // namespace cpbench

@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "kernels/mixers/gdn/gdn.hpp"
-#include "kernels/mixers/linear/linear_mixer.hpp"
+#include "kernels/mixers/gdn/delta_rule_mixer.hpp"
 #include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
@@ -46,9 +46,9 @@ class GdnLayer final : public MixerLayer {
   at::Tensor norm_, in_proj_, out_proj_;
 };
 
-class GdnMixer final : public LinearMixerOf<GdnConfig> {
+class GdnMixer final : public DeltaRuleMixerOf<GdnConfig, false> {
  public:
-  GdnMixer() : LinearMixerOf({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp", "tiny-gdn"}) {}
+  GdnMixer() : DeltaRuleMixerOf({'G', "gdn", "GDN", "Gated DeltaNet", "gdn", "gdn_cp", "tiny-gdn"}) {}
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("gdn_state_dropped", "Gated DeltaNet layers")};
   }
@@ -105,10 +105,6 @@ class GdnMixer final : public LinearMixerOf<GdnConfig> {
                         guess)};
   }
  protected:
-  [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
-                                        const LayerCostQuery& q) const override {
-    return delta_rule_cp_flops(this->strategy(strategy), shape(configs.gdn, q), configs.gdn.chunk, false);
-  }
   // The chunked form's 3 fp32 [tokens, Q] matrices per value head and one fp32 state per chunk.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,
                                           int64_t Q) const override {

@@ -15,7 +15,7 @@
 #include <cmath>
 
 #include "kernels/mixers/kda/kda.hpp"
-#include "kernels/mixers/linear/linear_mixer.hpp"
+#include "kernels/mixers/gdn/delta_rule_mixer.hpp"
 #include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
@@ -56,9 +56,9 @@ class KdaLayer final : public MixerLayer {
   at::Tensor norm_, in_proj_, f_a_, f_b_, g_a_, g_b_, g_bias_, out_proj_;
 };
 
-class KdaMixer final : public LinearMixerOf<KdaConfig> {
+class KdaMixer final : public DeltaRuleMixerOf<KdaConfig, true> {
  public:
-  KdaMixer() : LinearMixerOf({'K', "kda", "KDA", "Kimi Delta Attention", "kda", "kda_cp", "tiny-kda"}) {}
+  KdaMixer() : DeltaRuleMixerOf({'K', "kda", "KDA", "Kimi Delta Attention", "kda", "kda_cp", "tiny-kda"}) {}
   [[nodiscard]] std::vector<MixerControl> controls() const override {
     return {state_dropped_control("kda_state_dropped", "Kimi Delta Attention layers")};
   }
@@ -110,10 +110,6 @@ class KdaMixer final : public LinearMixerOf<KdaConfig> {
   }
 
  protected:
-  [[nodiscard]] double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
-                                        const LayerCostQuery& q) const override {
-    return delta_rule_cp_flops(this->strategy(strategy), shape(configs.kda, q), configs.kda.chunk, true);
-  }
   // The chunked form's 3 fp32 [tokens, Q] matrices per head, one fp32 state per chunk, and the per-channel
   // products' scalings: 5/2 fp32 [tokens, dk] per head and halving level.
   [[nodiscard]] int64_t working_set_bytes(const MixerConfigs& configs, const LayerCostQuery& q, int64_t s,

@@ -53,6 +53,14 @@ struct LinearCpTerms {
   int64_t incoming_state_block = 0;  // bytes of the states arriving at this rank's chunks (kept for the backward)
 };
 
+// The memory-bound side of a linear mixer's core the planner prices beside its FLOPs (LayerCost's
+// recurrence_hbm_bytes, copy_hbm_bytes, core_bytes): its passes' forward HBM bytes for one row, the copies
+// around its collectives, and the bytes of those collectives alone (without the conv halo).
+struct LinearCoreTraffic {
+  double hbm_bytes = 0, copy_bytes = 0;
+  LinearCpBytes core_bytes;
+};
+
 // Bytes one rank sends per layer (W = 1: all zeros).
 //   channel-parallel  each all-to-all sends (W-1)/W of what it exchanges; the backward runs both again:
 //                     forward = backward = (W-1) * R * S/W * (channels_in + channels_out) * elem_bytes; 2 + 2 calls

@@ -41,6 +41,10 @@ class LinearMixer : public Mixer {
     out.bytes = cp_bytes(configs, strategy, q);
     out.activation_bytes = q.rows * s * (z.in_proj_width + z.conv_channels + z.out_width) * q.elem_bytes +
                            working_set_bytes(configs, q, s, Q) + cp_extra_memory(configs, strategy, q);
+    const CoreTraffic t = core_traffic(configs, strategy, q, out.bytes);
+    out.recurrence_hbm_bytes = rows * t.hbm_bytes;
+    out.copy_hbm_bytes = t.copy_bytes;
+    out.core_bytes = t.core_bytes;
     return out;
   }
   // "<label>_bytes_per_rank" in lower case: ssm_bytes_per_rank (Mamba), gdn_bytes_per_rank (Gated DeltaNet).
@@ -63,6 +67,14 @@ class LinearMixer : public Mixer {
   // Forward FLOPs of the recurrence on one rank for one row (its strategy's own count).
   [[nodiscard]] virtual double recurrence_flops(const MixerConfigs& configs, const std::string& strategy,
                                                 const LayerCostQuery& q) const = 0;
+  // The core's memory-bound side (LayerCost::recurrence_hbm_bytes, copy_hbm_bytes, core_bytes): its passes'
+  // forward HBM bytes for one row, the copies around its collectives, and the bytes of those collectives
+  // alone. Default: not modelled (hbm 0: the core runs at the cluster's ssm_flops), every byte the core's.
+  using CoreTraffic = LinearCoreTraffic;
+  [[nodiscard]] virtual CoreTraffic core_traffic(const MixerConfigs& /*configs*/, const std::string& /*strategy*/,
+                                                 const LayerCostQuery& /*q*/, const LinearCpBytes& bytes) const {
+    return {0, 0, bytes};
+  }
   // The strategy's bytes per layer and its extra memory (the mixer's formulas).
   [[nodiscard]] virtual LinearCpBytes cp_bytes(const MixerConfigs& configs, const std::string& strategy,
                                                const LayerCostQuery& q) const = 0;
