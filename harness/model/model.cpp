@@ -31,6 +31,17 @@ void ModelConfig::validate() const {
                    " attention layers (one per attention layer, in layer order)");
   CP_CHECK_USAGE(!attention.has_sliding() || attention.window >= 1,
                  "model.attention.window: the sliding_attention layers need a window >= 1, got ", attention.window);
+  if (attention.is_mla() || attention.mla != MlaDims{}) {
+    const MlaDims& d = attention.mla;
+    CP_CHECK_USAGE(d.kv_lora_rank >= 1 && d.qk_rope_head_dim >= 1 && d.qk_nope_head_dim >= 1 && d.v_head_dim >= 1,
+                   "model.attention.mla: kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and v_head_dim must all be "
+                   ">= 1, got ", d.kv_lora_rank, ", ", d.qk_rope_head_dim, ", ", d.qk_nope_head_dim, ", ", d.v_head_dim);
+    CP_CHECK_USAGE(d.qk_rope_head_dim % 2 == 0 && d.qk_rope_head_dim <= head_dim(),
+                   "model.attention.mla.qk_rope_head_dim: ", d.qk_rope_head_dim,
+                   " must be even and <= the model's head_dim ", head_dim(), " (its RoPE tables)");
+  }
+  CP_CHECK_USAGE(attention.mla_wire == MlaWire::expanded || attention.is_mla(),
+                 "model.attention.mla_wire: latent needs model.attention.mla");
   if (!mrope_sections.empty()) {
     int64_t sum = 0;
     for (auto s : mrope_sections) sum += s;

@@ -60,6 +60,20 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
   auto opts = at::TensorOptions().dtype(c.dtype).device(s.device == DeviceKind::cuda ? at::kCUDA : at::kCPU);
   const std::string why = make_transport(c.transport, c.transport_options())->unsupported_reason(c.mask, opts, c.cp);
   if (!why.empty()) return c.transport + ": " + why;
+  if (s.model.attention.is_mla()) {
+    // MLA (model.attention.mla): the transports that move its K/V or its latent (Transport::unsupported_mla),
+    // on the transport routing.
+    const Control* control = case_control(c);
+    const std::string layout = control ? control->layout() : c.sharder;
+    if (attention_routing(layout) == AttentionRouting::sdpa_hook)
+      return c.sharder + ": MLA (model.attention.mla) runs on the transport routing only (not run through the SDPA hook)";
+    const std::string mla_why = make_transport(c.transport, c.transport_options())->unsupported_mla(s.model.attention.mla_wire);
+    if (!mla_why.empty()) return c.transport + " (model.attention.mla_wire " + to_string(s.model.attention.mla_wire) + "): " + mla_why;
+    if (!c.sliding_transport.empty()) {
+      const std::string sw = make_transport(c.sliding_transport)->unsupported_mla(s.model.attention.mla_wire);
+      if (!sw.empty()) return c.sliding_transport + " (sliding layers, MLA): " + sw;
+    }
+  }
   if (s.model.attention.has_sliding()) {
     // The sliding_attention layers: their transport, their mask, the layout it must read.
     const Control* control = case_control(c);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "harness/runner/reference_check.hpp"
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 
 namespace cpbench {
@@ -27,11 +28,19 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   // One attention per mask: the case's (full layers) and, with layer_types, the sliding layers' window.
   const auto attention_with = [&](const MaskSpec& mask, const std::shared_ptr<const kernels::PlanCache>& mask_plans) {
     return AttentionFn([&, mask, mask_plans](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             const at::Tensor& sinks) {
-      if (!cp_kernels) return local_attention(q, k, v, m, m, mask, x.scale, sinks);
+                                             const at::Tensor& sinks, const at::Tensor& kv_up) {
+      if (!cp_kernels) {
+        if (!kv_up.defined()) return local_attention(q, k, v, m, m, mask, x.scale, sinks);
+        // MLA's latent wire: the single rank up-projects the whole latent the layer's way (HF's kv_b_proj
+        // form, kernels/attention/mla.hpp mla_expand), not the transports' per-block path.
+        const int64_t dn = q.size(3) - (k.size(3) - kv_up.size(1));
+        const auto [ke, ve] = kernels::mla_expand(k.select(1, 0), kv_up, q.size(1), dn);
+        return local_attention(q, ke, ve, m, m, mask, x.scale, sinks);
+      }
       AttentionContext ctx{&one, mask, m, m, x.scale, nullptr, "", mask_plans,
                            x.s.kernels == AttentionKernels::tiled, {}, x.s.kernels == AttentionKernels::flash_numerics};
       ctx.sinks = sinks;
+      ctx.kv_up = kv_up;
       return w1->attend(q, k, v, ctx);
     });
   };

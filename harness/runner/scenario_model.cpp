@@ -71,7 +71,7 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
 }
 
 // model.attention's list keys (not ConfigFields): the per-layer kinds and the sliding window.
-const std::vector<std::string> kAttentionKindKeys{"layer_types", "window"};
+const std::vector<std::string> kAttentionKindKeys{"layer_types", "window", "mla", "mla_wire"};
 
 // model.attention.layer_types: [full_attention | sliding_attention, ...], one per attention layer;
 // model.attention.window: N >= 1, required with a sliding layer and refused without one. Given here,
@@ -94,6 +94,31 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
                                                 " attention layers (one per attention layer, in layer order)");
   }
   if (a["window"]) model.attention.window = read_int(c, a["window"], "model.attention.window", 1);
+  // model.attention.mla: {kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim} (all >= 1);
+  // model.attention.mla_wire: expanded | latent (kernels/attention/mla.hpp).
+  if (a["mla"]) {
+    const YAML::Node n = a["mla"];
+    if (!n.IsMap()) c.fail("model.attention.mla", "expected a mapping of kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim");
+    check_keys(c, n, "model.attention.mla", {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"});
+    MlaDims& d = model.attention.mla;
+    const auto dim = [&](const char* key) {
+      const std::string path = std::string("model.attention.mla.") + key;
+      if (!n[key]) c.fail(path, "missing (MLA needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim)");
+      return read_int(c, n[key], path, 1);
+    };
+    d.kv_lora_rank = dim("kv_lora_rank");
+    d.qk_rope_head_dim = dim("qk_rope_head_dim");
+    d.qk_nope_head_dim = dim("qk_nope_head_dim");
+    d.v_head_dim = dim("v_head_dim");
+    if (d.qk_rope_head_dim % 2 != 0) c.fail("model.attention.mla.qk_rope_head_dim", "must be even (RoPE rotates pairs)");
+  }
+  if (a["mla_wire"]) {
+    const std::string w = read_str(c, a["mla_wire"], "model.attention.mla_wire");
+    if (w != "expanded" && w != "latent")
+      c.fail("model.attention.mla_wire", "unknown mla_wire \"" + w + "\"; known: expanded, latent");
+    model.attention.mla_wire = parse_mla_wire(w, "model.attention.mla_wire");
+    if (!model.attention.is_mla()) c.fail("model.attention.mla_wire", "needs model.attention.mla");
+  }
   if (model.attention.has_sliding() && model.attention.window < 1)
     c.fail("model.attention.window", "missing: model.attention.layer_types has sliding_attention layers");
   if (!model.attention.has_sliding() && a["window"])

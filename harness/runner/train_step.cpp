@@ -5,6 +5,7 @@
 
 #include "kernels/mixers/section_clock.hpp"
 #include "harness/runner/reference_check.hpp"
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "sharders/core/check.hpp"
@@ -139,18 +140,22 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
                        x.scale,       &stats, x.nvtx,       plans,
                        x.s.kernels == AttentionKernels::tiled, global_index,
                        x.s.kernels == AttentionKernels::flash_numerics};
-  AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
-    if (!sinks.defined()) return x.transport->attend(q, k, v, ctx);
-    AttentionContext call = ctx;  // this layer's sinks
+  AttentionFn cp_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                            const at::Tensor& kv_up) {
+    if (!sinks.defined() && !kv_up.defined()) return x.transport->attend(q, k, v, ctx);
+    AttentionContext call = ctx;  // this layer's sinks, MLA's W_up on the latent wire
     call.sinks = sinks;
+    call.kv_up = kv_up;
     return x.transport->attend(q, k, v, call);
   };
   AttentionContext sliding_ctx = ctx;  // model.attention.layer_types: the sliding layers' mask and plans
   sliding_ctx.mask = c.sliding_mask;
   sliding_ctx.plans = sliding_plans;
-  AttentionFn cp_sliding = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks) {
+  AttentionFn cp_sliding = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                               const at::Tensor& kv_up) {
     AttentionContext call = sliding_ctx;
     call.sinks = sinks;
+    call.kv_up = kv_up;
     return x.sliding_transport->attend(q, k, v, call);
   };
   const AttentionFn* sliding_fn = x.sliding_transport ? &cp_sliding : nullptr;
@@ -161,7 +166,11 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
       // The model's own attention is plain local SDPA; the wrap installs the CP transport at the hook
       // point for this forward only.
       AttentionFn local_attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& sinks) {
+                                   const at::Tensor& sinks, const at::Tensor& kv_up) {
+        if (kv_up.defined()) {  // MLA's latent wire: nothing travels here, the layer's up-projection
+          const auto [ke, ve] = kernels::mla_expand(k.select(1, 0), kv_up, q.size(1), q.size(3) - (k.size(3) - kv_up.size(1)));
+          return local_attention(q, ke, ve, local_meta, local_meta, c.mask, x.scale, sinks);
+        }
         return local_attention(q, k, v, local_meta, local_meta, c.mask, x.scale, sinks);
       };
       SdpaHookGuard guard(*x.model, cp_attn);

@@ -52,8 +52,9 @@ at::Tensor local_attention(const at::Tensor& q, const at::Tensor& k, const at::T
                            const TokenMeta& k_meta, const MaskSpec& mask, double scale, const at::Tensor& sinks) {
   CP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "local_attention: q, k, v must be [B, H, S, D]; got q ",
            shape_str(q.sizes()), ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()));
-  CP_CHECK(k.sizes().equals(v.sizes()), "local_attention: k ", shape_str(k.sizes()), " and v ",
-           shape_str(v.sizes()), " differ");
+  // V's head dim may differ from K's (MLA); B, heads and tokens may not.
+  CP_CHECK(k.sizes().slice(0, 3).equals(v.sizes().slice(0, 3)), "local_attention: k ", shape_str(k.sizes()),
+           " and v ", shape_str(v.sizes()), " differ in B, heads or S");
   CP_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "local_attention: q ", shape_str(q.sizes()),
            " and k ", shape_str(k.sizes()), " disagree on batch or head dim");
   CP_CHECK(q_meta.batch() == q.size(0) && q_meta.tokens() == q.size(2), "local_attention: query meta ",

@@ -29,10 +29,12 @@
 
 namespace cpbench {
 
-// Attention at the hook point: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]. `sinks`: the layer's
-// learned sink logits [Hq] (AttentionContext::sinks), undefined when the model has none.
+// Attention at the hook point: q [B, Hq, S, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> [B, Hq, S, Dv]
+// (Dv = D except MLA). `sinks`: the layer's learned sink logits [Hq] (AttentionContext::sinks), undefined
+// when the model has none. `kv_up`: MLA's latent wire (AttentionContext::kv_up): then k is the latent
+// [B, 1, S, r + dr], v undefined, and kv_up the up-projection W_up [Hq*(dn+dv), r]; else undefined.
 using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             const at::Tensor& sinks)>;
+                                             const at::Tensor& sinks, const at::Tensor& kv_up)>;
 
 // How a layer creates its parameters: the model registers each under "<prefix><name>" and draws it from
 // the model's seeded generator, one index per drawn tensor in call order (so the order of the calls is

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
@@ -35,9 +36,12 @@ using torch::autograd::variable_list;
 
 class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+  // kvw: the call's K/V block in its wire form (pack_kv); kv_up_in: MLA's W_up under the latent wire.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& kvw,
+                            const std::optional<at::Tensor>& sinks_in, const std::optional<at::Tensor>& kv_up_in,
+                            const TransportState& st) {
     const at::Tensor sinks = sinks_in.value_or(at::Tensor());
+    const at::Tensor kv_up = kv_up_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -47,7 +51,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     {
       Phase p(st, Phase::Kind::compute, "allgather_fwd:prologue");
       qc = q.to(kd).contiguous();
-      local_kv = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D], input dtype
+      local_kv = wire.to_wire(kvw);  // [2, B, Hkv, S, D] (MLA: pack_kv's forms), input dtype
     }
     int64_t bytes = 0;
     InFlight flight(st);
@@ -62,9 +66,10 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     } else {
       gathered = local_kv;
     }
-    // [W, 2, B, Hkv, S, D]: rank j's K at [j][0], V at [j][1].
-    const at::Tensor blocks = gathered.view({W, 2, local_kv.size(1), local_kv.size(2), local_kv.size(3),
-                                             local_kv.size(4)});
+    // [W, 2, B, Hkv, S, D]: rank j's K at [j][0], V at [j][1] (MLA: [W, 1, ...], pack_kv's forms).
+    std::vector<int64_t> block_shape = local_kv.sizes().vec();
+    block_shape.insert(block_shape.begin(), W);
+    const at::Tensor blocks = gathered.view(block_shape);
     at::Tensor out, lse;
     CallPairs pairs;
     // Step s: the block of rank (r - s) mod W; step 0 (the local block) overlaps the all-gather.
@@ -77,9 +82,9 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const KernelRoute route = st.route(src, qc);
       st.count_block(plan, route, pairs);
       if (route == KernelRoute::skipped) return;
-      const at::Tensor kv = wire.from_wire(kv_wire).to(kd);
-      merge_block(out, lse,
-                  routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
+      const auto [kb, vb] = unpack_kv(wire.from_wire(kv_wire), kv_up, st.shape, kd);
+      if (st.shape.latent) ++pairs.up_projected_blocks;
+      merge_block(out, lse, routed_forward(qc, kb, vb, plan, st.scale, route, st.numerics(q.scalar_type())));
       merge_sink(st, out, lse, sinks, /*after_block=*/true);
     };
     attend_block(0, local_kv);  // overlaps the all-gather
@@ -90,7 +95,7 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     }
     for (int s = 1; s < W; ++s) attend_block(s, blocks[(r - s + W) % W]);
     if (!out.defined()) {
-      out = at::zeros(qc.sizes(), qc.options().dtype(cd));
+      out = at::zeros({qc.size(0), qc.size(1), qc.size(2), st.shape.v_head_dim}, qc.options().dtype(cd));
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
@@ -98,8 +103,9 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     check_accumulator(out, q.scalar_type(), "allgather forward: the merged output", st);
     check_accumulator(lse, q.scalar_type(), "allgather forward: the merged log-sum-exp", st);
     tap_forward_lse(lse);
+    check_wire_bytes(st, bytes, /*forward=*/true, "allgather", q.element_size());
     st.count_call(bytes, pairs);
-    ctx->save_for_backward({q, k, v, out, lse, blocks, sinks});
+    ctx->save_for_backward({q, kvw, out, lse, blocks, sinks, kv_up});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
   }
@@ -107,8 +113,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
-                     &blocks = saved[5], &sinks = saved[6];
+    const at::Tensor &q = saved[0], &kvw = saved[1], &out = saved[2], &lse = saved[3], &blocks = saved[4],
+                     &sinks = saved[5], &kv_up = saved[6];
     const int W = st.comm.size(), r = st.comm.rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -122,10 +128,11 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       dsum = (dout.to(cd) * out).sum(-1);
       dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
       std::vector<int64_t> shape = blocks.sizes().vec();
-      dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D]
+      dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D] (blocks' form)
       check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
       check_accumulator(dkv_all, q.scalar_type(), "allgather backward: the dK/dV of every block", st);
     }
+    at::Tensor dkv_up;  // MLA latent wire: this rank's d W_up over the blocks it attended
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       const std::string label = step_label("allgather", true, s);
@@ -134,16 +141,16 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       const BlockPlan& plan = st.plan(src);
       const KernelRoute route = st.route(src, qc);
       if (route == KernelRoute::skipped) continue;
-      const at::Tensor kv = wire.from_wire(blocks[src]).to(kd);
-      BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route,
-                                         st.numerics(q.scalar_type()));
+      const at::Tensor block = wire.from_wire(blocks[src]);
+      const auto [kb, vb] = unpack_kv(block, kv_up, st.shape, kd);
+      BlockGrads g = routed_backward(dout, qc, kb, vb, out, lse, dsum, plan, st.scale, route,
+                                     st.numerics(q.scalar_type()));
       dq.add_(g.dq);
-      dkv_all[src][0].copy_(g.dk);
-      dkv_all[src][1].copy_(g.dv);
+      dkv_all[src].copy_(pack_kv_grad(g.dk.to(cd), g.dv.to(cd), block, kv_up, st.shape, dkv_up));
     }
     at::Tensor dkv;
     if (W > 1) {
-      at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D]
+      at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D] (MLA: [W, ...])
       // The reduce-scatter sums W partial dK/dV: in 16 bits every addition would round.
       check_accumulator(full, q.scalar_type(), "allgather backward: the dK/dV reduce-scatter buffer", st);
       {
@@ -152,6 +159,8 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
         dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
         rs.done(st, "allgather_bwd:reduce_scatter", true);
       }
+      check_wire_bytes(st, (W - 1) * static_cast<int64_t>(dkv.nbytes()), /*forward=*/false, "allgather",
+                       q.element_size());
       if (st.stats) st.stats->bytes_sent += (W - 1) * static_cast<int64_t>(dkv.nbytes());
     } else {
       dkv = dkv_all[0];
@@ -159,7 +168,9 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
     check_accumulator(dkv, q.scalar_type(), "allgather backward: the reduce-scattered dK/dV", st);
     const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), dsinks, at::Tensor()};
+    at::Tensor dw;
+    if (kv_up.defined()) dw = dkv_up.defined() ? dkv_up.to(kv_up.scalar_type()) : at::zeros_like(kv_up);
+    return {dq.to(q.scalar_type()), dkv.to(kvw.scalar_type()), dsinks, dw, at::Tensor()};
   }
 };
 
@@ -172,12 +183,21 @@ class AllGatherTransport final : public Transport {
     return common_unsupported_reason(mask, options, cp);
   }
 
+  // Both wires: the latent is gathered and every block up-projected where it is attended.
+  [[nodiscard]] std::string unsupported_mla(MlaWire /*wire*/) const override { return ""; }
+
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    if (shape.world == 1)
-      return single_block_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), name());
-    return AllGatherAttention::apply(q, k, v, optional_sinks(ctx.sinks), make_state(ctx, shape, q.device()));
+    if (shape.world == 1) {
+      if (!shape.latent)
+        return single_block_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), name());
+      // Nothing travels: the latent is up-projected as the layer would (mla.hpp mla_expand).
+      const auto [ke, ve] = mla_expand(k.select(1, 0), ctx.kv_up, shape.q_heads, shape.qk_nope_head_dim);
+      return single_block_attention(q, ke, ve, ctx.sinks, make_state(ctx, shape, q.device()), name());
+    }
+    return AllGatherAttention::apply(q, pack_kv(k, v, shape), optional_sinks(ctx.sinks), optional_tensor(ctx.kv_up),
+                                     make_state(ctx, shape, q.device()));
   }
 
   // Formulas: kv_passing_costs.hpp.

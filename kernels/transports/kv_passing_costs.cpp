@@ -27,12 +27,16 @@ KvBlocks kv_blocks(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head
           kv_block_bytes(batch, kv_heads, tokens, head_dim, grad_element_size(element_size))};
 }
 
-int64_t kv_passing_forward_bytes(const CallShape& c) {
-  return (c.cp - 1) * kv_block_bytes(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+KvBlocks kv_blocks(const CallShape& c) {
+  if (c.kv_token_elements <= 0) return kv_blocks(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+  const int64_t values = c.batch * c.local_tokens * c.kv_token_elements;
+  return {values * c.element_size, values * grad_element_size(c.element_size)};
 }
 
+int64_t kv_passing_forward_bytes(const CallShape& c) { return (c.cp - 1) * kv_blocks(c).kv; }
+
 int64_t allgather_bytes(const CallShape& c) {
-  const auto [kv, dkv] = kv_blocks(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+  const auto [kv, dkv] = kv_blocks(c);
   return (c.cp - 1) * (kv + dkv);
 }
 
@@ -67,7 +71,7 @@ int64_t allgather_peak_activation_bytes(const ActivationShape& a) {
 }
 
 int64_t ring_bytes(const CallShape& c) {
-  const auto [kv, dkv] = kv_blocks(c.batch, c.kv_heads, c.local_tokens, c.head_dim, c.element_size);
+  const auto [kv, dkv] = kv_blocks(c);
   return (c.cp - 1) * (2 * kv + dkv);
 }
 

@@ -20,6 +20,10 @@ struct KvBlocks {
 };
 [[nodiscard]] KvBlocks kv_blocks(int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim,
                                  int64_t element_size);
+// A call's K/V block and its gradient block: B*S*kv_token_elements values when the shape gives them
+// (MLA: the expanded or the latent wire; the latent's gradient travels as its own d latent), else the
+// kv_blocks above.
+[[nodiscard]] KvBlocks kv_blocks(const CallShape& c);
 
 // Forward bytes of both: W-1 K/V blocks in the input dtype.
 [[nodiscard]] int64_t kv_passing_forward_bytes(const CallShape& c);

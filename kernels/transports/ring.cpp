@@ -22,6 +22,7 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
@@ -37,11 +38,19 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// `t`, or a copy when it shares kvw's memory (Wire::to_wire returns a contiguous CPU tensor as is).
+at::Tensor own_buffer(const at::Tensor& t, const at::Tensor& kvw) {
+  return t.data_ptr() == kvw.data_ptr() ? t.clone() : t;
+}
+
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& sinks_in, const TransportState& st) {
+  // kvw: the call's K/V block in its wire form (pack_kv); kv_up_in: MLA's W_up under the latent wire.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& kvw,
+                            const std::optional<at::Tensor>& sinks_in, const std::optional<at::Tensor>& kv_up_in,
+                            const TransportState& st) {
     const at::Tensor sinks = sinks_in.value_or(at::Tensor());
+    const at::Tensor kv_up = kv_up_in.value_or(at::Tensor());
     const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -51,7 +60,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     {
       Phase p(st, Phase::Kind::compute, "ring_fwd:prologue");
       qc = q.to(kd).contiguous();
-      cur = wire.to_wire(at::stack({k, v}));  // [2, B, Hkv, S, D] in the input dtype
+      // [2, B, Hkv, S, D] (MLA: pack_kv's forms) in the input dtype; a buffer of its own, never kvw itself
+      // (the two buffers receive in turn, and kvw is the node's input, saved for the backward).
+      cur = own_buffer(wire.to_wire(kvw), kvw);
       if (W > 1) next = at::empty_like(cur);
     }
     at::Tensor out, lse;
@@ -73,9 +84,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         const KernelRoute route = st.route(src, qc);
         st.count_block(plan, route, pairs);
         if (route != KernelRoute::skipped) {
-          const at::Tensor kv = wire.from_wire(cur).to(kd);
-          merge_block(out, lse,
-                      routed_forward(qc, kv[0], kv[1], plan, st.scale, route, st.numerics(q.scalar_type())));
+          const auto [kb, vb] = unpack_kv(wire.from_wire(cur), kv_up, st.shape, kd);
+          if (st.shape.latent) ++pairs.up_projected_blocks;
+          merge_block(out, lse, routed_forward(qc, kb, vb, plan, st.scale, route, st.numerics(q.scalar_type())));
           merge_sink(st, out, lse, sinks, /*after_block=*/true);
         }
       }
@@ -87,7 +98,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       }
     }
     if (!out.defined()) {  // no visible key for any query of this rank
-      out = at::zeros(qc.sizes(), qc.options().dtype(cd));
+      out = at::zeros({qc.size(0), qc.size(1), qc.size(2), st.shape.v_head_dim}, qc.options().dtype(cd));
       lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
                      qc.options().dtype(cd));
     }
@@ -95,8 +106,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     check_accumulator(out, q.scalar_type(), "ring forward: the merged output", st);
     check_accumulator(lse, q.scalar_type(), "ring forward: the merged log-sum-exp", st);
     tap_forward_lse(lse);
+    check_wire_bytes(st, bytes, /*forward=*/true, "ring", q.element_size());
     st.count_call(bytes, pairs);
-    ctx->save_for_backward({q, k, v, out, lse, sinks});
+    ctx->save_for_backward({q, kvw, out, lse, sinks, kv_up});
     ctx->saved_data["state"] = comm::make_saved_object(st);
     return out.to(q.scalar_type());
   }
@@ -104,8 +116,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& st = comm::saved_object<TransportState>(ctx->saved_data["state"]);
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
-                     &sinks = saved[5];
+    const at::Tensor &q = saved[0], &kvw = saved[1], &out = saved[2], &lse = saved[3], &sinks = saved[4],
+                     &kv_up = saved[5];
     const int W = st.ring_size(), r = st.ring_rank();
     const auto cd = compute_dtype(q.scalar_type());
     const auto kd = st.kernel_dtype(q);
@@ -118,7 +130,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       dout = grads[0].to(kd).contiguous();
       dsum = (dout.to(cd) * out).sum(-1);
       dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
-      cur = wire.to_wire(at::stack({k, v}));
+      cur = own_buffer(wire.to_wire(kvw), kvw);
       if (W > 1) {
         next = at::empty_like(cur);
         dkv_send = at::empty(cur.sizes(), wire.options(cd));
@@ -132,6 +144,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     comm::Communicator::Exchange dkv_ex;
     InFlight dkv_flight(st);
     std::string dkv_label;  // the step that posted the dK/dV exchange in flight
+    at::Tensor dkv_up;      // MLA latent wire: this rank's d W_up over the blocks it attended
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       const std::string label = step_label("ring", true, s);
@@ -142,17 +155,18 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         kv_ex = st.comm.post_exchange(cur, st.ring_peer(r + 1), next, st.ring_peer(r - 1), kTagRingBackwardKV);
         bytes += static_cast<int64_t>(cur.nbytes());
       }
-      at::Tensor contrib;  // this rank's dK/dV for block src, [2, B, Hkv, S, D] in cd; undefined = 0
+      at::Tensor contrib;  // this rank's dK/dV for block src in cur's form (pack_kv_grad), in cd; undefined = 0
       {
         Phase p(st, Phase::Kind::compute, label);
         const BlockPlan& plan = st.plan(src);
         const KernelRoute route = st.route(src, qc);
         if (route != KernelRoute::skipped) {
-          const at::Tensor kv = wire.from_wire(cur).to(kd);
-          BlockGrads g = routed_backward(dout, qc, kv[0], kv[1], out, lse, dsum, plan, st.scale, route,
+          const at::Tensor block = wire.from_wire(cur);
+          const auto [kb, vb] = unpack_kv(block, kv_up, st.shape, kd);
+          BlockGrads g = routed_backward(dout, qc, kb, vb, out, lse, dsum, plan, st.scale, route,
                                          st.numerics(q.scalar_type()));
           dq.add_(g.dq);
-          contrib = at::stack({g.dk, g.dv});
+          contrib = pack_kv_grad(g.dk.to(cd), g.dv.to(cd), block, kv_up, st.shape, dkv_up);
         }
       }
       if (s == 0) {
@@ -205,9 +219,12 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     }
     check_accumulator(dq, q.scalar_type(), "ring backward: dQ", st);
     check_accumulator(dkv, q.scalar_type(), "ring backward: dK/dV", st);
+    check_wire_bytes(st, bytes, /*forward=*/false, "ring", q.element_size());
     if (st.stats) st.stats->bytes_sent += bytes;
     const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), dsinks, at::Tensor()};
+    at::Tensor dw;
+    if (kv_up.defined()) dw = dkv_up.defined() ? dkv_up.to(kv_up.scalar_type()) : at::zeros_like(kv_up);
+    return {dq.to(q.scalar_type()), dkv.to(kvw.scalar_type()), dsinks, dw, at::Tensor()};
   }
 };
 
@@ -220,10 +237,13 @@ class RingTransport final : public Transport {
     return common_unsupported_reason(mask, options, cp);
   }
 
+  // Both wires: the latent travels the ring and every holder up-projects it (pack_kv / unpack_kv).
+  [[nodiscard]] std::string unsupported_mla(MlaWire /*wire*/) const override { return ""; }
+
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    return ring_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()));
+    return ring_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), ctx.kv_up);
   }
 
   // Formulas: kv_passing_costs.hpp.
@@ -247,9 +267,13 @@ class RingTransport final : public Transport {
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
-                          const TransportState& st) {
-  if (st.ring_size() == 1) return single_block_attention(q, k, v, sinks, st, "ring");
-  return RingAttention::apply(q, k, v, optional_sinks(sinks), st);
+                          const TransportState& st, const at::Tensor& kv_up) {
+  if (st.ring_size() == 1) {
+    if (!st.shape.latent) return single_block_attention(q, k, v, sinks, st, "ring");
+    const auto [ke, ve] = mla_expand(k.select(1, 0), kv_up, st.shape.q_heads, st.shape.qk_nope_head_dim);
+    return single_block_attention(q, ke, ve, sinks, st, "ring");
+  }
+  return RingAttention::apply(q, pack_kv(k, v, st.shape), optional_sinks(sinks), optional_tensor(kv_up), st);
 }
 
 std::shared_ptr<const Transport> make_ring_transport() { return std::make_shared<RingTransport>(); }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/attention/flops.hpp"
+#include "kernels/attention/mla.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/comm/device_time.hpp"
 #include "sharders/mask.hpp"
@@ -104,6 +105,12 @@ struct AttentionContext {
   at::Tensor sinks{};
   // Negative control only (sink_per_step): the sink is added after every merged block, not once.
   bool sink_every_step = false;
+  // MLA's latent wire (model.attention.mla_wire: latent; kernels/attention/mla.hpp): the up-projection
+  // W_up [Hq*(dn+dv), r], differentiable. Then attend() takes k = the latent [B, 1, S, r + dr] (c and
+  // the shared RoPE key) and v undefined, moves the latent, and up-projects every key block it
+  // attends (q's head dim is dn + dr; the output's head dim dv). Undefined: k and v are K and V (their
+  // head dims may differ: MLA's expanded wire). Set per call by the layer's AttentionFn.
+  at::Tensor kv_up{};
 };
 
 // Plans this rank's queries (`local`, [B, S]) against every rank's keys (`all`, [B, W*S]) under `mask`,
@@ -127,6 +134,10 @@ struct CallShape {
   // block this rank sends, tokens of other ranks' blocks it receives, and the ring steps it exchanges
   // at, per pass. 0 for every other transport.
   int64_t halo_sent = 0, halo_received = 0, halo_steps = 0;
+  // K/V values one token puts on the wire; 0: 2*kv_heads*head_dim (K and V of one head dim). MLA:
+  // mla_wire_elements_per_token (kernels/attention/mla.hpp), expanded or latent. The allgather and
+  // ring formulas read it (the others are not offered MLA: Transport::unsupported_mla).
+  int64_t kv_token_elements = 0;
 };
 
 // One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
@@ -214,6 +225,11 @@ class Transport {
   // Empty if this transport can run on `layout`'s token order; otherwise the reason (ring_window reads
   // the mask's positions as stream positions, which a packed layout's are not).
   [[nodiscard]] virtual std::string unsupported_layout(const Layout& /*layout*/) const { return ""; }
+  // Empty if this transport runs MLA attention (kernels/attention/mla.hpp) with K/V on `wire`; otherwise
+  // the reason. allgather and ring run both wires; the others refuse (see the .cpp of each).
+  [[nodiscard]] virtual std::string unsupported_mla(MlaWire /*wire*/) const {
+    return "MLA (separate q/k and v head dims, the latent wire) is implemented on allgather and ring only";
+  }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;
   // The step's block plans in the form this transport's attend() reads (AttentionContext::plans): by

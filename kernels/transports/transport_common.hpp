@@ -20,6 +20,11 @@ namespace cpbench::kernels {
 struct AttendShape {
   int64_t batch = 0, q_heads = 0, kv_heads = 0, tokens = 0, head_dim = 0;  // tokens = S (local)
   int world = 1, rank = 0;
+  int64_t v_head_dim = 0;  // V's head dim: head_dim, except under MLA (dv)
+  // MLA's latent wire (AttentionContext::kv_up): k is the latent [B, 1, S, latent_dim]; kv_heads is then
+  // q_heads (the heads it up-projects to), head_dim = dn + dr.
+  bool latent = false;
+  int64_t latent_dim = 0, qk_nope_head_dim = 0;
 };
 // Throws cpbench::Error naming the transport, the offending shapes and the rank.
 [[nodiscard]] AttendShape check_attend(const std::string& transport, const at::Tensor& q, const at::Tensor& k,
@@ -29,7 +34,28 @@ struct AttendShape {
 // mask, and evaluated by the kernels (routed_pairs).
 struct CallPairs {
   int64_t visible = 0, computed = 0;  // visible: the work rule's pairs (BlockPlan::work_pairs)
+  int64_t up_projected_blocks = 0;    // MLA latent wire: key blocks up-projected (unpack_kv) in the forward
 };
+
+// ---- The K/V a call moves (the wire block), one form for every kv-passing transport ----
+// [2, B, Hkv, S, D]: K and V stacked (one head dim; every non-MLA call); [1, B, H, S, Dk + Dv]: MLA's
+// expanded wire (K and V concatenated per head); [1, B, 1, S, r + dr]: MLA's latent wire (the latent,
+// c and the shared RoPE key, once per token). Differentiable: attend() packs before its autograd node,
+// which takes the block and returns its gradient in the same form.
+[[nodiscard]] at::Tensor pack_kv(const at::Tensor& k, const at::Tensor& v, const AttendShape& sh);
+// A block of that form (on the compute device) -> its k [B, H, S, D] and v [B, H, S, Dv] in the kernel
+// dtype `kd`; the latent up-projected per head with w_up (kernels/attention/mla.hpp). Forward and backward
+// call it on every block they attend.
+[[nodiscard]] std::pair<at::Tensor, at::Tensor> unpack_kv(const at::Tensor& block, const at::Tensor& kv_up,
+                                                          const AttendShape& sh, at::ScalarType kd);
+// dK and dV of `block` (the compute dtype) -> the block's gradient in its form, in the compute dtype;
+// latent: d latent, and the block's d w_up added to dkv_up.
+[[nodiscard]] at::Tensor pack_kv_grad(const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& block,
+                                      const at::Tensor& kv_up, const AttendShape& sh, at::Tensor& dkv_up);
+// An optional tensor as an autograd Function's input (see optional_sinks below).
+[[nodiscard]] inline std::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
 
 // What a transport's forward hands to its backward. Owned by the autograd node (see
 // kernels/comm/autograd.hpp, make_saved_object): the Communicator is a copy; `stats` is the caller's
@@ -89,8 +115,18 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 // this ring position; st.plans plans these queries against every ring position's key block (world =
 // ring size, rank = ring position). Differentiable in q, k, v; backward collective over the ring.
 // `sinks`: [Hq] of these queries' heads or undefined (kernels/attention/sink.hpp), differentiable.
+// `kv_up`: MLA's W_up under the latent wire (then k is the latent, v undefined; AttentionContext::kv_up).
 [[nodiscard]] at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const at::Tensor& sinks, const TransportState& st);
+                                        const at::Tensor& sinks, const TransportState& st,
+                                        const at::Tensor& kv_up = {});
+
+// K/V values per token of the call's wire block (pack_kv): the latent's r + dr, else Hkv * (D + Dv).
+[[nodiscard]] int64_t wire_token_elements(const AttendShape& sh);
+// MLA calls (the latent wire, or V's head dim not K's): throws unless `bytes`, what this rank sent in one
+// pass (forward, or backward), equal the transport's formula (kv_passing_costs.hpp, CallShape's
+// kv_token_elements) for inputs of `element_size` bytes. `transport`: "allgather" or "ring".
+void check_wire_bytes(const TransportState& st, int64_t bytes, bool forward, const std::string& transport,
+                      int64_t element_size);
 
 // Attention of a rank that holds a single key block (W = 1; single_block.cpp): st plans one block
 // (st.plan(0)); the result as the multi-block paths give it, from one kernel call without merge

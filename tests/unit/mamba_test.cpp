@@ -323,7 +323,7 @@ TEST(SsmLayer, HybridModelGivesEverySsmParameterAGradient) {
   TokenMeta m{pos, at::zeros({2, S}, at::kLong), at::zeros({2, S}, at::kLong), at::ones({2, S}, at::kBool)};
   const MixerContexts ctx{{'M', std::make_shared<SsmStepContext>(single_rank_linear_context(
                                      m, MaskSpec::parse("causal"), c.ssm, at::kDouble, at::kCPU))}};
-  AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&) {
+  AttentionFn attn = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&, const at::Tensor&) {
     return at::scaled_dot_product_attention(q, k.repeat_interleave(q.size(1) / k.size(1), 1),
                                             v.repeat_interleave(q.size(1) / v.size(1), 1), {}, 0.0, true);
   };

@@ -29,13 +29,13 @@ TEST(Model, SdpaHookGuardInstallsAndRestoresEvenOnExceptions) {
   TinyTransformer m(c, at::kDouble, at::kCPU);
   at::Tensor ids = at::randint(1, c.vocab, {1, 8}, at::kLong), pos = at::arange(8).unsqueeze(0);
   int plain_calls = 0, hook_calls = 0;
-  AttentionFn plain = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  AttentionFn plain = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
     ++plain_calls;
     return at::zeros_like(q);
   };
   EXPECT_FALSE(static_cast<bool>(m->sdpa_hook));
   {
-    SdpaHookGuard g(*m, [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+    SdpaHookGuard g(*m, [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
       ++hook_calls;
       return at::zeros_like(q);
     });
@@ -45,7 +45,7 @@ TEST(Model, SdpaHookGuardInstallsAndRestoresEvenOnExceptions) {
   EXPECT_EQ(plain_calls, 0);
   EXPECT_FALSE(static_cast<bool>(m->sdpa_hook));
   try {
-    SdpaHookGuard g(*m, [&](const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) -> at::Tensor {
+    SdpaHookGuard g(*m, [&](const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) -> at::Tensor {
       throw Error("boom in the CP transport");
     });
     (void)m->forward(ids, std::nullopt, pos, plain);
@@ -76,7 +76,7 @@ TEST(Model, MropePositionsRunAndDifferFromPlainRope) {
   at::Tensor pos = at::arange(6).unsqueeze(0).expand({2, 6});
   at::Tensor pos3 = at::stack({pos, at::floor_divide(pos, 2), at::remainder(pos, 2)}, 0);
   TokenMeta meta{pos.contiguous(), at::zeros({2, 6}, at::kLong), at::zeros({2, 6}, at::kLong), at::ones({2, 6}, at::kBool)};
-  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&) {
+  AttentionFn attn = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&, const at::Tensor&) {
     return local_attention(q, k, v, meta, meta, MaskSpec::parse("causal"), 0.25);
   };
   at::Tensor a = m->forward(ids, std::nullopt, pos, attn).logits;

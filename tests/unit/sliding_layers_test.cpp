@@ -192,11 +192,11 @@ TEST(SlidingLayers, ModelCallsEachKindsAttention) {
   c.attention.window = 4;
   TinyTransformer model(c, at::kDouble, at::kCPU);
   int full = 0, sliding = 0;
-  const AttentionFn full_fn = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  const AttentionFn full_fn = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
     ++full;
     return q.clone();
   };
-  const AttentionFn sliding_fn = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  const AttentionFn sliding_fn = [&](const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
     ++sliding;
     return q.clone();
   };

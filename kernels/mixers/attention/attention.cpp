@@ -8,8 +8,19 @@
 // drawn N(0, kSinkInitStddev) after wo; the transports apply it once after their merge,
 // kernels/attention/sink.hpp, the reference as an extra softmax column). With model.attention.layer_types
 // a layer is full or sliding (attention_kind.hpp): a sliding layer calls LayerStep::sliding_attention.
+//
+// With model.attention.mla every attention layer is MLA (DeepSeek-V3's, kernels/attention/mla.hpp),
+// HF's DeepseekV3Attention without the q LoRA: q = h W_q [H*(dn+dr)] per head, RoPE on its last dr;
+// [c, k_rope] = h W_kv_a [r + dr], c RMS-normed (kv_norm), k_rope RoPE'd once per token (one key for
+// every head); W_kv_b [H*(dn+dv), r] up-projects c to each head's k_nope and v; k_h = [k_nope_h, k_rope].
+// Its RoPE uses the first dr/2 frequencies of the model's tables (head_dim/2 of them; dr <= head_dim).
+// model.attention.mla_wire: expanded: the layer up-projects and hands K [B, H, S, dn+dr], V [B, H, S, dv]
+// to the attention; latent: it hands the latent [B, 1, S, r + dr] and W_kv_b (AttentionFn's kv_up), and
+// the transport up-projects every block it attends. Parameters: attn_norm, wq, wkv_a, kv_norm, wkv_b, wo
+// [hidden, H*dv] (and sinks), drawn in that order.
 #include <cmath>
 
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/mixers/norm.hpp"
@@ -52,7 +63,7 @@ class AttentionLayer final : public MixerLayer {
     CP_CHECK(kind_ == AttentionKind::full || (step.sliding_attention && static_cast<bool>(*step.sliding_attention)),
              "model: a sliding_attention layer but no sliding attention at the hook point (model.attention.layer_types)");
     const AttentionFn& attn = kind_ == AttentionKind::sliding ? *step.sliding_attention : *step.attention;
-    const at::Tensor a = attn(q, k, v, sinks_);
+    const at::Tensor a = attn(q, k, v, sinks_, at::Tensor());
     return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * D}), wo_);
   }
 
@@ -60,6 +71,56 @@ class AttentionLayer final : public MixerLayer {
   int64_t heads_, kv_heads_, head_dim_;
   AttentionKind kind_;
   at::Tensor norm_, wq_, wk_, wv_, wo_, sinks_;  // sinks_ undefined without model.attention.sinks
+};
+
+class MlaLayer final : public MixerLayer {
+ public:
+  MlaLayer(const LayerInit& in, const AttentionConfig& c, AttentionKind kind)
+      : heads_(in.heads), d_(c.mla), wire_(c.mla_wire), kind_(kind) {
+    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
+    norm_ = in.ones("attn_norm", in.hidden);
+    wq_ = in.normal("wq", {heads_ * d_.qk_head_dim(), in.hidden}, s_in);
+    wkv_a_ = in.normal("wkv_a", {d_.latent_dim(), in.hidden}, s_in);
+    kv_norm_ = in.ones("kv_norm", d_.kv_lora_rank);
+    wkv_b_ = in.normal("wkv_b", {heads_ * (d_.qk_nope_head_dim + d_.v_head_dim), d_.kv_lora_rank},
+                       1.0 / std::sqrt(static_cast<double>(d_.kv_lora_rank)));
+    wo_ = in.normal("wo", {in.hidden, heads_ * d_.v_head_dim}, s_in);
+    if (c.sinks != 0) sinks_ = in.normal("sinks", {heads_}, kernels::kSinkInitStddev);
+  }
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
+             "model: no attention function at the SDPA hook point");
+    const int64_t B = x.size(0), S = x.size(1), dn = d_.qk_nope_head_dim, dr = d_.qk_rope_head_dim,
+                  r = d_.kv_lora_rank;
+    CP_CHECK(2 * step.rope_cos.size(-1) >= dr, "model.attention.mla: qk_rope_head_dim ", dr,
+             " exceeds the model's RoPE tables (head_dim ", 2 * step.rope_cos.size(-1), ")");
+    const at::Tensor cos = step.rope_cos.narrow(-1, 0, dr / 2), sin = step.rope_sin.narrow(-1, 0, dr / 2);
+    const at::Tensor h = rms_norm(x, norm_);
+    const at::Tensor qh = at::linear(h, wq_).view({B, S, heads_, dn + dr}).transpose(1, 2);
+    const at::Tensor q = at::cat({qh.narrow(-1, 0, dn), apply_rope(qh.narrow(-1, dn, dr), cos, sin)}, -1).contiguous();
+    const at::Tensor kva = at::linear(h, wkv_a_);  // [B, S, r + dr]
+    const at::Tensor c = rms_norm(kva.narrow(-1, 0, r), kv_norm_);
+    const at::Tensor k_rope = apply_rope(kva.narrow(-1, r, dr).unsqueeze(1), cos, sin).squeeze(1);  // one per token
+    const at::Tensor latent = at::cat({c, k_rope}, -1);  // [B, S, r + dr]
+    CP_CHECK(kind_ == AttentionKind::full || (step.sliding_attention && static_cast<bool>(*step.sliding_attention)),
+             "model: a sliding_attention layer but no sliding attention at the hook point (model.attention.layer_types)");
+    const AttentionFn& attn = kind_ == AttentionKind::sliding ? *step.sliding_attention : *step.attention;
+    at::Tensor a;
+    if (wire_ == MlaWire::latent) {
+      a = attn(q, latent.unsqueeze(1).contiguous(), at::Tensor(), sinks_, wkv_b_);
+    } else {
+      const auto [k, v] = kernels::mla_expand(latent, wkv_b_, heads_, dn);
+      a = attn(q, k, v, sinks_, at::Tensor());
+    }
+    return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * d_.v_head_dim}), wo_);
+  }
+
+ private:
+  int64_t heads_;
+  MlaDims d_;
+  MlaWire wire_;
+  AttentionKind kind_;
+  at::Tensor norm_, wq_, wkv_a_, kv_norm_, wkv_b_, wo_, sinks_;
 };
 
 class AttentionMixer final : public Mixer {
@@ -78,6 +139,8 @@ class AttentionMixer final : public Mixer {
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.attention.fields(); }
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& configs,
                                                        const LayerInit& init) const override {
+    if (configs.attention.is_mla())
+      return std::make_unique<MlaLayer>(init, configs.attention, configs.attention.kind_of(init.mixer_index));
     return std::make_unique<AttentionLayer>(init, configs.attention.sinks != 0,
                                             configs.attention.kind_of(init.mixer_index));
   }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention/mla_dims.hpp"
 #include "kernels/mixers/attention/attention_kind.hpp"
 #include "kernels/mixers/config_field.hpp"
 
@@ -18,6 +19,13 @@ struct AttentionConfig {
   std::vector<AttentionKind> layer_kinds;
   // model.attention.window: the sliding layers' window N in tokens (>= 1 when a layer is sliding, else 0).
   int64_t window = 0;
+  // model.attention.mla: {kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim}: every attention
+  // layer is MLA (kernels/attention/mla.hpp); all zero: plain GQA attention. Not ConfigFields (a
+  // mapping of its own; read by the scenario parser).
+  MlaDims mla;
+  // model.attention.mla_wire: what the transports move, every head's K and V or the latent.
+  MlaWire mla_wire = MlaWire::expanded;
+  [[nodiscard]] bool is_mla() const { return mla.kv_lora_rank > 0; }
   [[nodiscard]] std::vector<ConfigField> fields() { return {{"sinks", &sinks, 0, /*flag=*/true}}; }
   // The kind of the `index`-th attention layer (full when layer_kinds is empty).
   [[nodiscard]] AttentionKind kind_of(int64_t index) const {

@@ -1,0 +1,55 @@
+#include "harness/planner/mla_wire_price.hpp"
+
+#include <cstdio>
+
+#include "sharders/core/check.hpp"
+
+namespace cpbench::plan {
+
+MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) {
+  CP_CHECK(q.bandwidth > 0 && q.flops_rate > 0 && q.heads > 0 && q.local_tokens > 0 && q.cp >= 1,
+           "price_mla_wires: bandwidth ", q.bandwidth, ", flops rate ", q.flops_rate, ", heads ", q.heads,
+           ", local tokens ", q.local_tokens, ", cp ", q.cp, " must be positive");
+  MlaWirePrice p;
+  const auto time_of = [&](MlaWire wire, double extra_fwd_s, double extra_bwd_s, int64_t& bytes) {
+    CallShape call{q.cp, q.batch, q.heads, q.heads, q.local_tokens, q.dims.qk_head_dim(), q.element_size};
+    call.kv_token_elements = mla_wire_elements_per_token(q.dims, q.heads, wire);
+    bytes = transport.bytes_per_call(call);
+    const int64_t fwd = transport.forward_bytes_per_call(call);
+    CallCostInputs in;
+    in.cp = q.cp;
+    in.c_fwd_max = q.attention_fwd_s + extra_fwd_s;
+    in.fwd_bytes = static_cast<double>(fwd);
+    in.bwd_bytes = static_cast<double>(bytes - fwd);
+    in.bandwidth = q.bandwidth;
+    in.latency_s = q.latency_s;
+    in.call = call;
+    CallTime t = transport.time_per_call(in);
+    // The backward's share of the up-projection beyond kBackwardFactor x the forward's.
+    const double bwd_extra = extra_bwd_s - kBackwardFactor * extra_fwd_s;
+    t.step_s += bwd_extra;
+    return t;
+  };
+  const double tokens = static_cast<double>(q.batch * q.local_tokens);
+  const double u = mla_up_projection_flops(q.dims, q.heads, tokens);  // one pass over the local tokens
+  const double W = static_cast<double>(q.cp);
+  p.up_flops_extra = (4 * W - 3) * u;
+  // Expanded: the layer's own up-projection (fwd u, bwd 2u) is the same work as a single rank's; the
+  // latent: W u forward, 3 W u backward.
+  p.expanded = time_of(MlaWire::expanded, u / q.flops_rate, 2 * u / q.flops_rate, p.bytes_expanded);
+  p.latent = time_of(MlaWire::latent, W * u / q.flops_rate, 3 * W * u / q.flops_rate, p.bytes_latent);
+  p.latent_wins = p.latent.step_s < p.expanded.step_s;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%s: latent %.3g ms vs expanded %.3g ms per call (%.1fx fewer bytes, %.3g vs %.3g MB; the "
+                "up-projection adds %.3g ms)",
+                p.latent_wins ? "latent wire wins" : "expanded wire wins", 1e3 * p.latent.step_s,
+                1e3 * p.expanded.step_s,
+                p.bytes_latent > 0 ? static_cast<double>(p.bytes_expanded) / static_cast<double>(p.bytes_latent) : 0.0,
+                static_cast<double>(p.bytes_latent) / 1e6, static_cast<double>(p.bytes_expanded) / 1e6,
+                1e3 * p.up_flops_extra / q.flops_rate);
+  p.why = line;
+  return p;
+}
+
+}  // namespace cpbench::plan
