@@ -173,6 +173,60 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h) {
   h.canary = std::move(canary);
 }
 
+// The shared-step rule (history_check.hpp, "a shared step"), after every case is judged: each slowdown
+// change is compared with the canary's and the other cases' medians over the same runs, which a sustained
+// shift of the machine moves together while a code change moves the cases alone.
+void mark_shared_steps(HistoryCheck& h) {
+  if (h.canary.empty()) return;
+  std::map<int64_t, const RunCanary*> canary;
+  for (const auto& rc : h.canary)
+    if (rc.memory_s > 0) canary[rc.run_id] = &rc;
+  // The median of a case's kept values over the given runs (0 when it has none there).
+  const auto median_over = [](const CaseHistory& c, const std::set<int64_t>& runs) {
+    std::vector<double> v;
+    for (const auto& p : c.points)
+      if (!p.spoiled && runs.count(p.run_id)) v.push_back(p.value);
+    return v.empty() ? 0.0 : stats::median(v);
+  };
+  // A slowdown in time, whichever way the metric points.
+  const auto time_step = [](const CaseHistory& c, double before, double after) {
+    return c.higher_is_better ? before / after - 1 : after / before - 1;
+  };
+  for (auto& ch : h.cases) {
+    for (size_t k = 0; k < ch.changes.size(); ++k) {
+      SeriesChange& x = ch.changes[k];
+      if (!x.slowdown) continue;
+      const auto from = static_cast<size_t>(k == 0 ? 0 : ch.changes[k - 1].index);
+      const auto at = static_cast<size_t>(x.index);
+      const size_t to = k + 1 < ch.changes.size() ? static_cast<size_t>(ch.changes[k + 1].index) : ch.points.size();
+      std::set<int64_t> before, after;
+      for (size_t i = from; i < to; ++i)
+        if (!ch.points[i].spoiled) (i < at ? before : after).insert(ch.points[i].run_id);
+      std::vector<double> mb, cb, ma, ca;
+      for (const int64_t r : before)
+        if (canary.count(r)) mb.push_back(canary[r]->memory_s), cb.push_back(canary[r]->compute_s);
+      for (const int64_t r : after)
+        if (canary.count(r)) ma.push_back(canary[r]->memory_s), ca.push_back(canary[r]->compute_s);
+      if (mb.empty() || ma.empty()) continue;
+      x.canary_step = std::max(stats::median(ma) / stats::median(mb), stats::median(ca) / stats::median(cb)) - 1;
+      x.cases = x.moved = 0;
+      for (const auto& other : h.cases) {
+        const double b = median_over(other, before), a = median_over(other, after);
+        if (b <= 0 || a <= 0) continue;
+        ++x.cases;
+        x.moved += time_step(other, b, a) >= x.canary_step / 2;
+      }
+      const double own = time_step(ch, x.before, x.after);
+      x.machine = x.canary_step >= std::max(kCanaryStep, own / 2) && 2 * x.moved >= x.cases;
+    }
+    if (!ch.changes.empty() && ch.changes.back().machine) {
+      ch.changes.back().regression = false;
+      ch.regression = false;
+      ch.machine = true;
+    }
+  }
+}
+
 }  // namespace
 
 bool higher_is_better(const std::string& metric, const std::string& unit) {
@@ -184,7 +238,7 @@ bool higher_is_better(const std::string& metric, const std::string& unit) {
 int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
   return newest_spoiled || std::any_of(cases.begin(), cases.end(),
-                                       [](const CaseHistory& c) { return c.too_short || c.cannot_tell; })
+                                       [](const CaseHistory& c) { return c.too_short || c.cannot_tell || c.machine; })
              ? kCompareInconclusive
              : 0;
 }
@@ -240,13 +294,14 @@ HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryChe
   if (h.cases.empty()) throw std::invalid_argument("--filter '" + o.filter + "': no stored case matches");
   mark_machine_runs(runs, h);
   for (auto& ch : h.cases) judge_series(ch, o, higher);
+  mark_shared_steps(h);
   return h;
 }
 
 
 std::string history_check_text(const HistoryCheck& h) {
   std::ostringstream os;
-  int regressions = 0, short_series = 0, cannot_tell = 0;
+  int regressions = 0, short_series = 0, cannot_tell = 0, machine = 0;
   for (const auto& c : h.cases) {
     const auto spoiled = std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
     os << c.name << " (" << c.points.size() << " runs";
@@ -264,12 +319,20 @@ std::string history_check_text(const HistoryCheck& h) {
          << ".." << short_commit(x.first_commit_after) << "): " << h.options.metric << " " << num(x.before, 4) << " -> "
          << num(x.after, 4) << " " << c.unit << " (" << percent(x.change, true) << ", p = " << num(x.p_value, 2) << ", "
          << (x.slowdown ? "slower" : "faster") << ")";
+      if (x.machine)
+        os << " the machine's: the canary " << percent(x.canary_step, true) << " slower over the same runs, " << x.moved
+           << " of " << x.cases << " cases with it";
     }
     if (c.regression) {
       ++regressions;
       const SeriesChange& x = c.changes.back();
       os << "  REGRESSION: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id << " (commit "
          << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
+    }
+    if (c.machine) {
+      ++machine;
+      os << "  MACHINE: the newest change came with the machine's (the canary and most cases slowed together): "
+            "not a regression, and no verdict (a change landing with it could hide in it); rerun on a quiet machine";
     }
     if (c.cannot_tell) {
       ++cannot_tell;
@@ -295,12 +358,11 @@ std::string history_check_text(const HistoryCheck& h) {
        << " is the machine's (its canary and most cases slowed together): no verdict on the newest runs; rerun on a "
           "quiet machine\n";
   os << h.cases.size() << " cases over " << h.runs << " runs of " << h.store << ", " << regressions << " regression"
-     << (regressions == 1 ? "" : "s") << ", " << short_series << " too short, " << cannot_tell
-     << " cannot tell (metric " << h.options.metric
-     << ", E-Divisive means, permutation alpha " << num(h.options.change.alpha, 3) << " with "
-     << h.options.change.permutations << " permutations, min segment " << h.options.change.min_segment
-     << ", min effect " << percent(h.options.min_effect, false) << ", threshold " << percent(h.options.threshold, false)
-     << ")\n";
+     << (regressions == 1 ? "" : "s") << ", " << short_series << " too short, " << cannot_tell << " cannot tell, "
+     << machine << " the machine's (metric " << h.options.metric << ", E-Divisive means, permutation alpha "
+     << num(h.options.change.alpha, 3) << " with " << h.options.change.permutations << " permutations, min segment "
+     << h.options.change.min_segment << ", min effect " << percent(h.options.min_effect, false) << ", threshold "
+     << percent(h.options.threshold, false) << ")\n";
   return os.str();
 }
 
@@ -330,7 +392,11 @@ nlohmann::json history_json(const HistoryCheck& h) {
                          {"rate_drop", x.rate_drop},
                          {"p_value", x.p_value},
                          {"slowdown", x.slowdown},
-                         {"regression", x.regression}});
+                         {"regression", x.regression},
+                         {"canary_step", x.canary_step},
+                         {"cases_moved", x.moved},
+                         {"cases_compared", x.cases},
+                         {"machine", x.machine}});
     cases.push_back({{"name", c.name},
                      {"metric", c.metric},
                      {"unit", c.unit},
@@ -341,6 +407,7 @@ nlohmann::json history_json(const HistoryCheck& h) {
                      {"resolution", c.resolution},
                      {"runs_needed", c.runs_needed},
                      {"cannot_tell", c.cannot_tell},
+                     {"machine", c.machine},
                      {"points", points},
                      {"changes", changes}});
   }
@@ -359,6 +426,7 @@ nlohmann::json history_json(const HistoryCheck& h) {
           {"newest_spoiled", h.newest_spoiled},
           {"canary_shift", kCanaryShift},
           {"case_shift", kCaseShift},
+          {"canary_step", kCanaryStep},
           {"store", h.store},
           {"runs", h.runs},
           {"metric", h.options.metric},

@@ -30,9 +30,15 @@
 //                the case's own median over the runs by more than kCaseShift. A common-mode shift is the
 //                machine's, not a change: its points stay in `points` (marked spoiled) but not in the
 //                series the change points are searched in. Runs without a canary are never spoiled.
-// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short or
-// cannot tell, or one of the newest min_segment runs is the machine's (nothing honest can be said about
-// them), else 0.
+//   a shared step  a machine that slows and stays slow (a neighbour that arrives and stays) spoils no
+//                single run against the others, yet moves every case at one run. A slowdown change of a
+//                case is the machine's when, over the same runs before and after it, the canary slowed by
+//                at least kCanaryStep and at least half as much as the case (in time), and at least half
+//                of the cases slowed by at least half the canary's step with it. It is then no
+//                regression, and no verdict either (a code change landing with it could hide in it).
+// exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short,
+// cannot tell or its newest change is the machine's, or one of the newest min_segment runs is the
+// machine's (nothing honest can be said about them), else 0.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -45,6 +51,9 @@ namespace cpbench {
 
 // The power at which `resolution` and `runs_needed` (above) say a change is seen.
 inline constexpr double kResolutionPower = 0.8;
+// A shared step (above): the least slowdown of the canary's segment medians, in time. Segment medians of
+// a quiet canary (3-5 % run-to-run on the 2-core VM) move by about 2 %.
+inline constexpr double kCanaryStep = 0.10;
 
 struct HistoryCheckOptions {
   std::string metric = "tokens_per_s";
@@ -81,6 +90,11 @@ struct SeriesChange {
   double rate_drop = 0;          // the drop in rate (> 0: slower), whatever the metric's direction
   double p_value = 1;
   bool slowdown = false, regression = false;
+  // A shared step: the canary's slowdown over the same runs (max of its parts, in time; 0 when the runs
+  // have no canary), the cases that slowed with it, and whether the change is the machine's.
+  double canary_step = 0;
+  int64_t cases = 0, moved = 0;
+  bool machine = false;
 };
 
 struct CaseHistory {
@@ -94,6 +108,7 @@ struct CaseHistory {
   double resolution = 0;    // the smallest drop in rate over the newest min_segment runs the check sees
   int64_t runs_needed = 0;  // runs after a `threshold` slowdown before it is seen; 0: not within the series
   bool cannot_tell = false;
+  bool machine = false;  // the newest change is a shared step (the machine's): no verdict
 };
 
 struct HistoryCheck {

@@ -13,4 +13,13 @@ void check_field_minimums(const std::string& section, const std::vector<ConfigFi
   }
 }
 
+std::string even_split_reason(const std::string& key, int64_t n, int64_t cp, const std::string& why) {
+  return n % cp == 0 ? "" : detail::concat(key, " ", n, " is not divisible by cp ", cp, " (", why, ")");
+}
+
+std::string split_or_replicate_reason(const std::string& key, int64_t n, int64_t cp, const std::string& why) {
+  const bool fits = n < cp ? cp % n == 0 : n % cp == 0;
+  return fits ? "" : detail::concat(key, " ", n, " and cp ", cp, ": one must divide the other (", why, ")");
+}
+
 }  // namespace cpbench

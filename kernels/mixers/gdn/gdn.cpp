@@ -22,14 +22,12 @@ std::vector<ConfigField> GdnConfig::fields() {
 }
 
 std::string GdnConfig::cp_unsupported_reason(int64_t cp) const {
-  if (value_heads % cp != 0)
-    return detail::concat("model.gdn.value_heads ", value_heads, " is not divisible by cp ", cp,
-                          " (head-parallel CP gives every rank value_heads/cp heads)");
-  if (key_heads < cp ? cp % key_heads != 0 : key_heads % cp != 0)
-    return detail::concat("model.gdn.key_heads ", key_heads, " and cp ", cp,
-                          ": one must divide the other (key heads are split over, or replicated across, the ranks; "
-                          "a split inside a key head would cut its dk contraction)");
-  return "";
+  const std::string heads = even_split_reason("model.gdn.value_heads", value_heads, cp,
+                                              "head-parallel CP gives every rank value_heads/cp heads");
+  return !heads.empty() ? heads
+                        : split_or_replicate_reason("model.gdn.key_heads", key_heads, cp,
+                                                    "key heads are split over, or replicated across, the ranks; a "
+                                                    "split inside a key head would cut its dk contraction");
 }
 
 namespace {

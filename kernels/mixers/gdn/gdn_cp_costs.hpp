@@ -1,24 +1,12 @@
 #pragma once
-// The single source of truth for what a Gated DeltaNet layer's context parallelism costs in
-// communication and memory, per rank and per layer, under each GDN CP strategy (kernels/mixers/gdn/gdn.hpp
-// runs them; the `gdn_cp` scenario axis picks one):
-//
-//   head_parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the delta rule (this
-//                  rank's value heads and their key heads, replicated when the key heads do not split),
-//                  one back after it (PyTorch's _context_parallel/_gated_delta.py): bytes grow with S.
-//   state_passing  each rank summarises its own chunks from their delta-rule factors; one all-gather of
-//                  every chunk's pair (transition [Hv, dk, dk] and state contribution [Hv, dk, dv], in the
-//                  accumulator dtype) and one all-gather of the K-1 conv inputs at the end of every chunk
-//                  (the conv halo); each rank composes the state arriving at each of its chunks and runs
-//                  them from it (flash-linear-attention PR #691, #1221, Megatron-LM #3282): bytes do not
-//                  grow with S.
-//
-// The layers count what they send and the runner checks the count against these formulas every step;
-// the planner and admission call the same functions. Plain arithmetic on a typed shape, no tensors.
+// The single source of truth for a Gated DeltaNet layer's CP communication and memory per rank and layer, as
+// its terms of linear_costs.hpp's two strategies (gdn.hpp runs them; the `gdn_cp` axis picks one), and for
+// the delta rule's FLOPs and memory passes, which KDA shares. head_parallel moves this rank's value heads and
+// their key heads, replicated when the key heads do not split (PyTorch's _context_parallel/_gated_delta.py).
+// state_passing's chunk summary is a pair in the accumulator dtype, the transition [Hv, dk, dk] and the state
+// contribution [Hv, dk, dv], from the chunk's own delta-rule factors (flash-linear-attention PR #691, #1221,
+// Megatron-LM #3282).
 #include <cstdint>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include "kernels/mixers/gdn/gdn_config.hpp"
 #include "kernels/mixers/linear/linear_costs.hpp"

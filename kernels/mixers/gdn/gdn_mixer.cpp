@@ -11,40 +11,47 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/mixers/gdn/gdn.hpp"
 #include "kernels/mixers/gdn/delta_rule_mixer.hpp"
+#include "kernels/mixers/gdn/gdn.hpp"
+#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
 namespace {
 
+// One Gated DeltaNet layer: x [R, S_local, hidden] -> in_proj [q | k | v | z | b | a] -> the delta rule under
+// the step's strategy -> the gated RMSNorm with z -> out_proj. A per-head decay (dt_bias, A_log [Hv]).
 class GdnLayer final : public MixerLayer {
  public:
-  GdnLayer(const GdnConfig& c, const LayerInit& in) : c_(c) {
-    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
-    norm_ = in.ones("gdn_norm", in.hidden);
-    in_proj_ = in.normal("gdn_in_proj", {c.in_proj_width(), in.hidden}, s_in);
-    p_.conv_w = in.normal("gdn_conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
-    // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
-    p_.dt_bias = in.around("gdn_dt_bias", c.value_heads, -3.0, 0.5);
-    p_.A_log = in.around("gdn_A_log", c.value_heads, 0.0, 0.5);
-    p_.norm_w = in.around("gdn_norm_w", c.value_head_dim, 1.0, 0.1);
-    out_proj_ =
-        in.normal("gdn_out_proj", {in.hidden, c.value_dim()}, 1.0 / std::sqrt(static_cast<double>(c.value_dim())));
-  }
+  GdnLayer(const GdnConfig& c, const LayerInit& in)
+      : w_(draw_linear_weights<GdnParams>(c, in, {"gdn_norm", "gdn_in_proj", "gdn_out_proj"}, c.in_proj_width(),
+                                          [&](GdnParams& p) {
+                                            draw_conv(p, in, "gdn_", c);
+                                            draw_decay(p, in, "gdn_", c.value_heads, c.value_heads);
+                                            p.norm_w = in.around("gdn_norm_w", c.value_head_dim, 1.0, 0.1);
+                                          })) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
     const auto& ctx = step_context<GdnStepContext>(step, 'G', "Gated DeltaNet");
-    const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
-    const at::Tensor z = proj.narrow(-1, c_.conv_channels(), c_.value_dim());
-    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, p_, c_, ctx); });
-    return at::linear(gdn_gated_norm(o, z, p_.norm_w, c_), out_proj_);
+    const at::Tensor proj = at::linear(rms_norm(x, w_.norm), w_.in_proj);
+    const at::Tensor z = proj.narrow(-1, w_.c.conv_channels(), w_.c.value_dim());
+    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, w_.p, w_.c, ctx); });
+    return at::linear(gdn_gated_norm(o, z, w_.p.norm_w, w_.c), w_.out_proj);
   }
 
  private:
-  GdnConfig c_;
-  GdnParams p_;
-  at::Tensor norm_, in_proj_, out_proj_;
+  LinearWeights<GdnConfig, GdnParams> w_;
 };
+
+}  // namespace
+
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
+const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
+  static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
+      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes};
+  return parts;
+}
+
+namespace {
 
 class GdnMixer final : public DeltaRuleMixerOf<GdnConfig, false> {
  public:
@@ -116,12 +123,6 @@ class GdnMixer final : public DeltaRuleMixerOf<GdnConfig, false> {
 };
 
 }  // namespace
-
-const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
-  static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
-      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes};
-  return parts;
-}
 
 std::unique_ptr<Mixer> make_gdn_mixer() { return std::make_unique<GdnMixer>(); }
 

@@ -19,10 +19,7 @@ std::vector<ConfigField> KdaConfig::fields() {
 }
 
 std::string KdaConfig::cp_unsupported_reason(int64_t cp) const {
-  if (heads % cp != 0)
-    return detail::concat("model.kda.heads ", heads, " is not divisible by cp ", cp,
-                          " (head-parallel CP gives every rank heads/cp heads)");
-  return "";
+  return even_split_reason("model.kda.heads", heads, cp, "head-parallel CP gives every rank heads/cp heads");
 }
 
 namespace {

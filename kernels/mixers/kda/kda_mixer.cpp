@@ -14,47 +14,64 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/mixers/kda/kda.hpp"
 #include "kernels/mixers/gdn/delta_rule_mixer.hpp"
+#include "kernels/mixers/kda/kda.hpp"
+#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
 namespace {
 
+// One Kimi Delta Attention layer: x [R, S_local, hidden] -> in_proj [q | k | v | b] and the low-rank
+// per-channel gate f -> the delta rule under the step's strategy -> the sigmoid-gated RMSNorm with the output
+// gate g -> out_proj. A per-channel decay: dt_bias [H*dk], A_log [H].
 class KdaLayer final : public MixerLayer {
  public:
-  KdaLayer(const KdaConfig& c, const LayerInit& in) : c_(c) {
+  KdaLayer(const KdaConfig& c, const LayerInit& in)
+      : w_(draw_linear_weights<KdaParams>(c, in, {"kda_norm", "kda_in_proj", "kda_out_proj"},
+                                          c.conv_channels() + c.heads, [&](KdaParams& p) {
+                                            draw_gates(c, in);
+                                            draw_conv(p, in, "kda_", c);
+                                            draw_decay(p, in, "kda_", c.key_dim(), c.heads);
+                                            p.norm_w = in.around("kda_norm_w", c.value_head_dim, 1.0, 0.1);
+                                          })) {}
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
+    const auto& ctx = step_context<KdaStepContext>(step, 'K', "Kimi Delta Attention");
+    const at::Tensor h = rms_norm(x, w_.norm);
+    const at::Tensor proj = at::cat({at::linear(h, w_.in_proj), at::linear(at::linear(h, f_a_), f_b_)}, -1);
+    const at::Tensor z = at::linear(at::linear(h, g_a_), g_b_, g_bias_);
+    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return kda_forward(p, w_.p, w_.c, ctx); });
+    return at::linear(gated_rms_norm(o, z, w_.p.norm_w, w_.c.heads, w_.c.value_head_dim, /*sigmoid_gate=*/true),
+                      w_.out_proj);
+  }
+
+ private:
+  // The low-rank gates: the per-channel decay's f_a, f_b and the output gate's g_a, g_b, g_bias, drawn
+  // after in_proj (draw_linear_weights' `own`).
+  void draw_gates(const KdaConfig& c, const LayerInit& in) {
     const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
     const double s_rank = 1.0 / std::sqrt(static_cast<double>(c.gate_rank));
-    norm_ = in.ones("kda_norm", in.hidden);
-    in_proj_ = in.normal("kda_in_proj", {c.conv_channels() + c.heads, in.hidden}, s_in);
     f_a_ = in.normal("kda_f_a", {c.gate_rank, in.hidden}, s_in);
     f_b_ = in.normal("kda_f_b", {c.key_dim(), c.gate_rank}, s_rank);
     g_a_ = in.normal("kda_g_a", {c.gate_rank, in.hidden}, s_in);
     g_b_ = in.normal("kda_g_b", {c.value_dim(), c.gate_rank}, s_rank);
     g_bias_ = in.around("kda_g_bias", c.value_dim(), 0.0, 0.1);
-    p_.conv_w = in.normal("kda_conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
-    // softplus(-3) ~ 0.05 per channel: decays over tens of tokens, so the state crosses rank boundaries.
-    p_.dt_bias = in.around("kda_dt_bias", c.key_dim(), -3.0, 0.5);
-    p_.A_log = in.around("kda_A_log", c.heads, 0.0, 0.5);
-    p_.norm_w = in.around("kda_norm_w", c.value_head_dim, 1.0, 0.1);
-    out_proj_ =
-        in.normal("kda_out_proj", {in.hidden, c.value_dim()}, 1.0 / std::sqrt(static_cast<double>(c.value_dim())));
   }
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
-    const auto& ctx = step_context<KdaStepContext>(step, 'K', "Kimi Delta Attention");
-    const at::Tensor h = rms_norm(x, norm_);
-    const at::Tensor proj = at::cat({at::linear(h, in_proj_), at::linear(at::linear(h, f_a_), f_b_)}, -1);
-    const at::Tensor z = at::linear(at::linear(h, g_a_), g_b_, g_bias_);
-    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return kda_forward(p, p_, c_, ctx); });
-    return at::linear(gated_rms_norm(o, z, p_.norm_w, c_.heads, c_.value_head_dim, /*sigmoid_gate=*/true), out_proj_);
-  }
-
- private:
-  KdaConfig c_;
-  KdaParams p_;
-  at::Tensor norm_, in_proj_, f_a_, f_b_, g_a_, g_b_, g_bias_, out_proj_;
+  // Declared before w_: constructed first, so that draw_gates (run inside w_'s initialiser) assigns them.
+  at::Tensor f_a_, f_b_, g_a_, g_b_, g_bias_;
+  LinearWeights<KdaConfig, KdaParams> w_;
 };
+
+}  // namespace
+
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
+const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
+  static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
+      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes};
+  return parts;
+}
+
+namespace {
 
 class KdaMixer final : public DeltaRuleMixerOf<KdaConfig, true> {
  public:
@@ -124,12 +141,6 @@ class KdaMixer final : public DeltaRuleMixerOf<KdaConfig, true> {
 };
 
 }  // namespace
-
-const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
-  static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
-      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes};
-  return parts;
-}
 
 std::unique_ptr<Mixer> make_kda_mixer() { return std::make_unique<KdaMixer>(); }
 

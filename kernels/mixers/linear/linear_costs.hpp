@@ -2,7 +2,16 @@
 // The byte and memory formulas both CP strategies of every linear-recurrence mixer share, and their
 // strategy names; each mixer's cost room (mamba_cp_costs.hpp, gdn_cp_costs.hpp, kda_cp_costs.hpp) supplies
 // its channel counts and its chunk summary as LinearCpTerms, so the two strategies' formulas are written
-// once. Plain arithmetic, no tensors.
+// once. Plain arithmetic, no tensors. The two strategies (each mixer names them in its strategy_table):
+//
+//   channel parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the recurrence (this
+//                     rank's heads for the whole row), one back after it: bytes grow with S.
+//   state passing     each rank summarises its own chunks from a zero state; one all-gather of every chunk's
+//                     summary and one of the K-1 conv inputs at the end of every chunk (the conv halo); each
+//                     rank composes the state arriving at each of its chunks: bytes do not grow with S.
+//
+// The layers count what they send and the runner checks the count against these formulas every step; the
+// planner and admission call the same functions.
 #include <array>
 #include <cstdint>
 #include <optional>

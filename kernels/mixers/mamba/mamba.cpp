@@ -14,15 +14,12 @@ void SsmConfig::validate() const {
 }
 
 std::string SsmConfig::cp_unsupported_reason(int64_t cp) const {
-  if (heads % cp != 0)
-    return detail::concat("model.ssm.heads ", heads, " is not divisible by cp ", cp,
-                          " (hidden-parallel CP gives every rank heads/cp SSM heads)");
-  if (groups < cp ? cp % groups != 0 : groups % cp != 0)
-    return detail::concat("model.ssm.groups ", groups, " and cp ", cp,
-                          ": one must divide the other (B/C groups are split over, or replicated across, the ranks)");
-  return "";
+  const std::string split =
+      even_split_reason("model.ssm.heads", heads, cp, "hidden-parallel CP gives every rank heads/cp SSM heads");
+  return !split.empty() ? split
+                        : split_or_replicate_reason("model.ssm.groups", groups, cp,
+                                                    "B/C groups are split over, or replicated across, the ranks");
 }
-
 
 std::vector<ConfigField> SsmConfig::fields() {
   return {{"heads", &heads}, {"head_dim", &head_dim}, {"state", &state},

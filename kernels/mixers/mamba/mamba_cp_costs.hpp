@@ -1,22 +1,10 @@
 #pragma once
-// The single source of truth for what a Mamba layer's context parallelism costs in communication and
-// memory, per rank and per layer, under each SSM CP strategy (mamba.hpp runs them):
-//
-//   hidden_parallel  one all-to-all [R, S/W, channels] -> [R, S, channels/W] before the scan, one back
-//                    after it (the seed's `mamba` module, Megatron's MambaContextParallel): bytes grow
-//                    with S.
-//   state_passing    each rank scans its own tokens from a zero state; one all-gather of every chunk's
-//                    summary (final state [H, P, N] and cumulative decay [H]) and one all-gather of
-//                    the K-1 conv inputs at the end of every chunk (the conv halo); each rank then
-//                    corrects its outputs with the state arriving at each of its chunks (Megatron-LM
-//                    PR #6808, fms-hf-tuning PR #642): bytes do not grow with S.
-//
-// The layers count what they send and the runner checks the count against these formulas every step;
-// the planner and admission call the same functions. Plain arithmetic on a typed shape, no tensors.
+// What a Mamba layer's context parallelism costs in communication and memory, per rank and layer, as its
+// terms of linear_costs.hpp's two strategies (mamba.hpp runs them; the `ssm_cp` axis picks one).
+// hidden_parallel is the seed's `mamba` module and Megatron's MambaContextParallel. state_passing's chunk
+// summary is the final state [H, P, N] and the cumulative decay [H]; each rank then corrects its outputs with
+// the state arriving at each of its chunks (Megatron-LM PR #6808, fms-hf-tuning PR #642).
 #include <cstdint>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include "kernels/mixers/linear/linear_costs.hpp"
 #include "kernels/mixers/mamba/mamba_config.hpp"

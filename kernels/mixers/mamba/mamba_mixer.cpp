@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/linear/linear_mixer.hpp"
 #include "kernels/mixers/mamba/mamba.hpp"
 #include "kernels/mixers/norm.hpp"
@@ -20,33 +21,41 @@
 namespace cpbench {
 namespace {
 
+// One Mamba-2 layer: x [R, S_local, hidden] -> in_proj [x | z | B | C | dt] -> the scan under the step's
+// strategy -> y silu(z) -> out_proj. Its weights: linear_layer.hpp, then conv_b and D.
 class MambaLayer final : public MixerLayer {
  public:
-  MambaLayer(const SsmConfig& c, const LayerInit& in) : c_(c) {
-    const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
-    norm_ = in.ones("ssm_norm", in.hidden);
-    in_proj_ = in.normal("in_proj", {c.in_proj_width(), in.hidden}, s_in);
-    p_.conv_w = in.normal("conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
-    p_.conv_b = in.normal("conv_b", {c.conv_channels()}, 0.1);
-    // softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries.
-    p_.dt_bias = in.around("dt_bias", c.heads, -3.0, 0.5);
-    p_.A_log = in.around("A_log", c.heads, 0.0, 0.5);
-    p_.D = in.around("D", c.heads, 1.0, 0.1);
-    out_proj_ = in.normal("out_proj", {in.hidden, c.d_inner()}, 1.0 / std::sqrt(static_cast<double>(c.d_inner())));
-  }
+  MambaLayer(const SsmConfig& c, const LayerInit& in)
+      : w_(draw_linear_weights<SsmParams>(c, in, {"ssm_norm", "in_proj", "out_proj"}, c.in_proj_width(),
+                                          [&](SsmParams& p) {
+                                            draw_conv(p, in, "", c);
+                                            p.conv_b = in.normal("conv_b", {c.conv_channels()}, 0.1);
+                                            draw_decay(p, in, "", c.heads, c.heads);
+                                            p.D = in.around("D", c.heads, 1.0, 0.1);
+                                          })) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
     const auto& ctx = step_context<SsmStepContext>(step, 'M', "Mamba");
-    const at::Tensor proj = at::linear(rms_norm(x, norm_), in_proj_);
-    const at::Tensor z = proj.narrow(-1, 0, c_.d_inner());
-    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, p_, c_, ctx); });
-    return at::linear(y * at::silu(z), out_proj_);
+    const at::Tensor proj = at::linear(rms_norm(x, w_.norm), w_.in_proj);
+    const at::Tensor z = proj.narrow(-1, 0, w_.c.d_inner());
+    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, w_.p, w_.c, ctx); });
+    return at::linear(y * at::silu(z), w_.out_proj);  // the gate: y silu(z)
   }
 
  private:
-  SsmConfig c_;
-  SsmParams p_;
-  at::Tensor norm_, in_proj_, out_proj_;
+  LinearWeights<SsmConfig, SsmParams> w_;
 };
+
+}  // namespace
+
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
+const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
+  static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
+      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape,
+      ssm_cp_bytes,       ssm_cp_extra_memory_bytes};
+  return parts;
+}
+
+namespace {
 
 class MambaMixer final : public LinearMixerOf<SsmConfig> {
  public:
@@ -147,12 +156,6 @@ class MambaMixer final : public LinearMixerOf<SsmConfig> {
 };
 
 }  // namespace
-
-const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
-  static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
-      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape, ssm_cp_bytes, ssm_cp_extra_memory_bytes};
-  return parts;
-}
 
 std::unique_ptr<Mixer> make_mamba_mixer() { return std::make_unique<MambaMixer>(); }
 

@@ -1,0 +1,62 @@
+#pragma once
+// What every linear mixer's layer holds and draws the same way: its config, its recurrent part's
+// parameters (the mixer's Params, which its linear_forward reads), the pre-norm [hidden] and the two
+// projections, in_proj [in_width, hidden] ~ N(0, 1/sqrt(hidden)) and out_proj [hidden, config.out_width()]
+// ~ N(0, 1/sqrt(out_width)). A layer adds its own weights and writes forward().
+//
+// Drawn in this order: norm, in_proj, the mixer's own weights (`own`), out_proj. The draws are sequential,
+// so this order and the names are what a layer's values depend on: the reference rank and every CP rank
+// draw the same.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/mixers/mixer.hpp"
+
+namespace cpbench {
+
+template <class Config, class Params>
+struct LinearWeights {
+  Config c;
+  Params p;
+  at::Tensor norm, in_proj, out_proj;
+};
+
+// The names the three shared weights are drawn under (LayerInit's names).
+struct LinearWeightNames {
+  const char* norm;
+  const char* in_proj;
+  const char* out_proj;
+};
+
+// `own(params)` draws the mixer's own weights between in_proj and out_proj.
+template <class Params, class Config, class Own>
+[[nodiscard]] LinearWeights<Config, Params> draw_linear_weights(const Config& c, const LayerInit& in,
+                                                                const LinearWeightNames& names, int64_t in_width,
+                                                                Own&& own) {
+  LinearWeights<Config, Params> w{c, Params{}, {}, {}, {}};
+  w.norm = in.ones(names.norm, in.hidden);
+  w.in_proj = in.normal(names.in_proj, {in_width, in.hidden}, 1.0 / std::sqrt(static_cast<double>(in.hidden)));
+  own(w.p);
+  w.out_proj =
+      in.normal(names.out_proj, {in.hidden, c.out_width()}, 1.0 / std::sqrt(static_cast<double>(c.out_width())));
+  return w;
+}
+
+// The parameters every linear mixer's recurrence draws the same way (Params has conv_w, dt_bias, A_log),
+// named `prefix` + the field: conv_w [conv_channels, K] ~ N(0, 1/sqrt(K)) (draw_conv); dt_bias [n_dt] around
+// -3 (softplus(-3) ~ 0.05: decays over tens of tokens, so the state crosses rank boundaries) and A_log [n_a]
+// around 0 (draw_decay).
+template <class Params, class Config>
+void draw_conv(Params& p, const LayerInit& in, const std::string& prefix, const Config& c) {
+  p.conv_w = in.normal(prefix + "conv_w", {c.conv_channels(), c.conv}, 1.0 / std::sqrt(static_cast<double>(c.conv)));
+}
+template <class Params>
+void draw_decay(Params& p, const LayerInit& in, const std::string& prefix, int64_t n_dt, int64_t n_a) {
+  p.dt_bias = in.around(prefix + "dt_bias", n_dt, -3.0, 0.5);
+  p.A_log = in.around(prefix + "A_log", n_a, 0.0, 0.5);
+}
+
+}  // namespace cpbench
