@@ -6,11 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention/intra_op_warmup.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::kernels {
 
 namespace {
+
+// Before main, on the main thread: the process's first vector-math calls (intra_op_warmup.hpp).
+[[maybe_unused]] const int64_t kWarmedAtStart = warm_intra_op_math();
 
 // Column ranges [c0, c1), merged where adjacent.
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
@@ -268,12 +272,14 @@ BlockGrads plan_backward(const at::Tensor& dout, const at::Tensor& q, const at::
 
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                           double scale) {
+  warm_intra_op_math();  // again only if the intra-op thread count grew
   const TileMap m = mask.defined() ? tile_map(mask) : full_map(q.size(0), q.size(2), k.size(2));
   return tiled_forward(q, k, v, mask.defined() ? window_of(mask) : MaskWindow(), m, scale);
 }
 
 BlockOutput block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const BlockPlan& plan,
                           double scale, FlashRounding rounding) {
+  warm_intra_op_math();
   BlockOutput r = plan_forward(trim_rows(plan, q), trim_cols(plan, k), trim_cols(plan, v), plan, scale, rounding);
   r.out = untrim_rows(plan, rounding(r.out), q.size(2), 0);
   r.lse = untrim_rows(plan, r.lse, q.size(2), kNegInf);

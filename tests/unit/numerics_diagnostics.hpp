@@ -1,7 +1,7 @@
 #pragma once
 // What a kernel-numerics test prints when it fails (issue 38, item 6: unit.FlashNumerics and
 // unit.Dtypes/FusedBlock failed intermittently with identical wrong values, i.e. through a discrete
-// alternative path, and did not fail again in 55 ctest repeats here): the worst element unravelled,
+// alternative path: the process's first MKL VML exp on the OpenMP worker, kernels/attention/intra_op_warmup.hpp): the worst element unravelled,
 // both values, and the process state that picks ATen's CPU paths (the vector ISA ATen dispatched to,
 // the intra-op threads, OpenMP / MKL settings), so the next failure names the path it took.
 #include <ATen/ATen.h>
