@@ -1,13 +1,13 @@
 #include "harness/model/hf_config.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "harness/model/hf_attention_families.hpp"
+#include "harness/model/hf_fields.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "sharders/core/check.hpp"
 
@@ -22,70 +22,20 @@ int64_t HfModel::sliding_layers() const { return static_cast<int64_t>(std::count
 const std::vector<std::string>& known_model_types() {
   static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
                                                "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                                               "qwen3_5_moe_text", "kimi_linear"};
+                                               "qwen3_5_moe_text", "kimi_linear", "gpt_oss",
+                                               "deepseek_v3", "kimi_k2"};
   return all;
 }
 
 namespace {
+
+using hf::Fields;
 
 std::string join_names(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
-
-// Field access with one-line errors "FILE: FIELD: what"; the mixers read their sizes through it
-// (Mixer::read_hf).
-struct Fields final : ConfigSource {
-  Fields(const nlohmann::json& json, std::string file_name, std::string type_name)
-      : j(json), file(std::move(file_name)), type(std::move(type_name)) {}
-  const nlohmann::json& j;
-  std::string file, type;
-
-  [[nodiscard]] const std::string& model_type() const override { return type; }
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const override {
-    throw UsageError(file + ": " + field + ": " + what);
-  }
-  [[nodiscard]] bool has(const std::string& field) const override { return j.contains(field) && !j[field].is_null(); }
-  [[nodiscard]] std::unique_ptr<ConfigSource> section(const std::string& field, const std::string& why) const override {
-    if (!has(field) || !j[field].is_object()) fail(field, "missing (" + why + ")");
-    return std::make_unique<Fields>(j[field], file + ": " + field, type);
-  }
-  [[nodiscard]] std::string shown(const std::string& field) const {
-    const std::string s = j[field].dump();
-    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-  }
-  // A required integer >= min_value.
-  [[nodiscard]] int64_t integer(const std::string& field, int64_t min_value = 1) const override {
-    if (!has(field)) fail(field, "missing (model_type " + type + " needs it)");
-    return integer_of(field, min_value);
-  }
-  [[nodiscard]] int64_t integer_or(const std::string& field, int64_t fallback, int64_t min_value = 1) const override {
-    return has(field) ? integer_of(field, min_value) : fallback;
-  }
-  [[nodiscard]] int64_t integer_of(const std::string& field, int64_t min_value) const {
-    const auto& v = j[field];
-    if (!v.is_number_integer() || v.get<int64_t>() < min_value)
-      fail(field, "expected an integer >= " + std::to_string(min_value) + ", got " + shown(field));
-    return v.get<int64_t>();
-  }
-  [[nodiscard]] double number_or(const std::string& field, double fallback) const {
-    if (!has(field)) return fallback;
-    const auto& v = j[field];
-    if (!v.is_number() || !(v.get<double>() > 0)) fail(field, "expected a positive number, got " + shown(field));
-    return v.get<double>();
-  }
-  [[nodiscard]] bool boolean_or(const std::string& field, bool fallback) const {
-    if (!has(field)) return fallback;
-    if (!j[field].is_boolean()) fail(field, "expected true or false, got " + shown(field));
-    return j[field].get<bool>();
-  }
-  [[nodiscard]] std::string text(const std::string& field) const {
-    if (!has(field)) fail(field, "missing (model_type " + type + " needs it)");
-    if (!j[field].is_string()) fail(field, "expected a string, got " + shown(field));
-    return j[field].get<std::string>();
-  }
-};
 
 // The letter of the mixer whose layers the file's per-layer list calls `name`; refuses `field` listing the
 // names this model_type's mixers answer to.
@@ -98,57 +48,6 @@ char layer_letter(const Fields& f, const std::string& name, const std::string& f
 void read_mixer_sizes(const Fields& f, HfModel& m) {
   for (const Mixer* mx : mixers_in(m.mixers))
     if (mx->letter() != kDefaultMixer) mx->read_hf(f, m);
-}
-
-// Attention heads and head_dim, as transformers reads them.
-void read_attention(const Fields& f, HfModel& m) {
-  m.heads = f.integer("num_attention_heads");
-  m.kv_heads = f.integer_or("num_key_value_heads", m.heads);
-  if (m.heads % m.kv_heads != 0)
-    f.fail("num_key_value_heads", std::to_string(m.kv_heads) + " does not divide num_attention_heads " +
-                                      std::to_string(m.heads));
-  const char* dim_field = f.has("head_dim") ? "head_dim" : "attention_head_dim";
-  if (f.has(dim_field)) {
-    m.head_dim = f.integer(dim_field);
-  } else {
-    if (m.hidden % m.heads != 0)
-      f.fail("head_dim", "missing, and hidden_size " + std::to_string(m.hidden) +
-                             " is not a multiple of num_attention_heads " + std::to_string(m.heads));
-    m.head_dim = m.hidden / m.heads;
-  }
-  m.rope_theta = f.number_or("rope_theta", 10000);
-}
-
-// Which attention layers use the sliding window (mixer layers all 'A' here).
-void read_sliding(const Fields& f, HfModel& m) {
-  const int64_t L = static_cast<int64_t>(m.mixers.size());
-  m.sliding.assign(static_cast<size_t>(L), false);
-  if (m.model_type == "llama") return;
-  m.sliding_window = f.has("sliding_window") ? f.integer("sliding_window") : 0;
-  if (f.has("layer_types")) {
-    const auto& t = f.j["layer_types"];
-    if (!t.is_array() || static_cast<int64_t>(t.size()) != L)
-      f.fail("layer_types", "expected a list of " + std::to_string(L) + " entries (num_hidden_layers), got " +
-                                f.shown("layer_types"));
-    for (int64_t i = 0; i < L; ++i) {
-      const auto& e = t[static_cast<size_t>(i)];
-      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
-        f.fail("layer_types[" + std::to_string(i) + "]",
-               "expected \"sliding_attention\" or \"full_attention\", got " + e.dump());
-      m.sliding[static_cast<size_t>(i)] = e == "sliding_attention";
-    }
-    if (m.sliding_layers() > 0 && m.sliding_window == 0)
-      f.fail("sliding_window", "missing, but layer_types has sliding_attention layers");
-  } else if (m.sliding_window > 0) {
-    int64_t first = 0;  // mistral: every layer
-    if (m.model_type == "qwen2" || m.model_type == "qwen3") {
-      // transformers: sliding only with use_sliding_window, on layers >= max_window_layers.
-      if (!f.boolean_or("use_sliding_window", false)) first = L;
-      else first = f.integer_or("max_window_layers", 0, 0);
-    }
-    for (int64_t i = first; i < L; ++i) m.sliding[static_cast<size_t>(i)] = true;
-  }
-  if (m.sliding_layers() == 0) m.sliding_window = 0;
 }
 
 // Qwen3-Next and Qwen3.5's text model: Gated DeltaNet layers interleaved with gated full attention.
@@ -166,7 +65,7 @@ void read_qwen3_next(const Fields& f, HfModel& m) {
     const char full = layer_letter(f, "full_attention", "layer_types"), linear = layer_letter(f, "linear_attention", "layer_types");
     for (int64_t i = 0; i < m.blocks; ++i) m.mixers += (i + 1) % interval == 0 ? full : linear;
   }
-  if (m.attention_layers() > 0) read_attention(f, m);
+  if (m.attention_layers() > 0) hf::read_attention(f, m);
   m.partial_rotary_factor = 0.25;  // transformers' default for these model types
   const nlohmann::json* rope = f.has("rope_parameters") && f.j["rope_parameters"].is_object() ? &f.j["rope_parameters"]
                                                                                                : nullptr;
@@ -264,11 +163,15 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
 
   const std::string& t = m.model_type;
   if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3") {
-    read_attention(f, m);
-    m.mixers.assign(static_cast<size_t>(m.blocks), 'A');
-    m.ffn = f.integer("intermediate_size");
-    m.mlp_layers = m.blocks;
-    read_sliding(f, m);
+    hf::read_dense(f, m);
+    return m;
+  }
+  if (t == "gpt_oss") {
+    hf::read_gpt_oss(f, m);
+    return m;
+  }
+  if (t == "deepseek_v3" || t == "kimi_k2") {
+    hf::read_mla_moe(f, m);
     return m;
   }
   if (t == "nemotron_h") {
@@ -289,7 +192,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
         m.mixers += mx->letter();
       }
     }
-    if (m.attention_layers() > 0) read_attention(f, m);
+    if (m.attention_layers() > 0) hf::read_attention(f, m);
     if (m.mlp_layers > 0) m.ffn = f.integer("intermediate_size");
     if (m.moe_layers > 0) {
       m.experts = f.integer("n_routed_experts");
@@ -305,7 +208,7 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
     const char attention = layer_letter(f, "attn_layer_period", "attn_layer_period");
     const char other = layer_letter(f, "other layers", "model_type");
     for (int64_t i = 0; i < m.blocks; ++i) m.mixers += i % period == offset ? attention : other;
-    if (m.attention_layers() > 0) read_attention(f, m);
+    if (m.attention_layers() > 0) hf::read_attention(f, m);
     m.ffn = f.integer("intermediate_size");
     m.mlp_layers = m.blocks;
     m.experts = f.integer_or("num_experts", 1);

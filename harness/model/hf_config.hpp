@@ -36,6 +36,11 @@
 //   kimi_linear                    linear_attn_config: kda_layers (K) / full_attn_layers (A), 1-based, num_heads,
 //                                  head_dim (dk = dv = gate rank), short_conv_kernel_size; MLA as plain attention
 //                                  (qk_nope + qk_rope dims); MoE after first_k_dense_replace dense layers
+//   gpt_oss                        sliding / full layer_types, sliding_window, head_dim, learned sinks (every
+//                                  layer), MoE on every layer (num_local_experts)
+//   deepseek_v3, kimi_k2           MLA on every layer (attention.mla), q_lora_rank, MoE after
+//                                  first_k_dense_replace dense layers (routed + shared experts); the
+//                                  attention families' readers (hf_attention_families.hpp) list the fields
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.
@@ -52,16 +57,18 @@ namespace cpbench {
 struct HfModel : MixerConfigs {
   std::string name;        // the preset name or the file's stem ("nemotron-h-8b")
   std::string file;        // the file as given, for messages ("" when built in code)
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | nemotron_h | jamba | mamba2
+  std::string model_type;  // one of known_model_types()
   int64_t hidden = 0, vocab = 0;
   int64_t blocks = 0;      // num_hidden_layers as the file counts them (Nemotron-H: every M, *, -, E entry)
   std::string mixers;      // one letter per mixer layer in order (the registry's letters, kernels/mixers/mixer.hpp)
   int64_t mlp_layers = 0;  // MLP blocks (one per layer, Nemotron-H: its - and E entries, Mamba-2: none)
   int64_t moe_layers = 0;  // of which mixture-of-experts
   int64_t ffn = 0;         // intermediate_size of one (expert) MLP; 0 when the model has none
-  int64_t experts = 0, experts_per_token = 0;  // MoE layers only
+  int64_t experts = 0, experts_per_token = 0;  // MoE layers only (routed experts)
+  int64_t shared_experts = 0;  // experts every token also runs (DeepSeek-V3's n_shared_experts)
   // Attention (0 when the model has no attention layer).
-  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;  // MLA: head_dim is q/k's (qk_nope + qk_rope)
+  int64_t q_lora_rank = 0;  // MLA's query LoRA rank (0 = none); CP moves no query, kept for the record
   double rope_theta = 10000;
   int64_t sliding_window = 0;  // tokens; 0 = none
   std::vector<bool> sliding;   // per mixer layer: an attention layer that uses sliding_window

@@ -19,16 +19,18 @@ MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) 
     CallCostInputs in;
     in.cp = q.cp;
     in.c_fwd_max = q.attention_fwd_s + extra_fwd_s;
+    // The up-projection is per-block compute like the attention's, forward and backward: it overlaps the
+    // transfers the same way (the ring's next block, or its gradient, moves while it runs).
+    const double c_fwd[1] = {in.c_fwd_max};
+    const double c_bwd[1] = {kBackwardFactor * q.attention_fwd_s + extra_bwd_s};
+    in.c_fwd = c_fwd;
+    in.c_bwd = c_bwd;
     in.fwd_bytes = static_cast<double>(fwd);
     in.bwd_bytes = static_cast<double>(bytes - fwd);
     in.bandwidth = q.bandwidth;
     in.latency_s = q.latency_s;
     in.call = call;
-    CallTime t = transport.time_per_call(in);
-    // The backward's share of the up-projection beyond kBackwardFactor x the forward's.
-    const double bwd_extra = extra_bwd_s - kBackwardFactor * extra_fwd_s;
-    t.step_s += bwd_extra;
-    return t;
+    return transport.time_per_call(in);
   };
   const double tokens = static_cast<double>(q.batch * q.local_tokens);
   const double u = mla_up_projection_flops(q.dims, q.heads, tokens);  // one pass over the local tokens

@@ -110,6 +110,21 @@ nlohmann::json plan_to_json(const Plan& plan) {
                          {"reason", rec.reason},
                          {"per_cp", per_cp}};
   j["notes"] = plan.notes;
+  if (!plan.per_kind.empty()) {
+    json kinds = json::array();
+    for (const auto& k : plan.per_kind)
+      kinds.push_back({{"kind", k.kind},
+                       {"layers", k.layers},
+                       {"mask", k.mask},
+                       {"cp", k.cp},
+                       {"sharder", k.sharder},
+                       {"transport", k.transport},
+                       {"wire", k.wire},
+                       {"predicted_step_s", k.step_s},
+                       {"bytes_per_rank", k.bytes_per_rank},
+                       {"why", k.why}});
+    j["per_kind"] = kinds;
+  }
   return j;
 }
 
@@ -189,6 +204,11 @@ std::string plan_to_table(const Plan& plan) {
   if (!rec.ssm_strategy.empty()) os << " + " << linear->label() << " " << rec.ssm_strategy;
   os << " at cp=" << rec.cp << "\n  " << rec.reason << "\n";
   for (const auto& cr : rec.per_cp) os << "  cp=" << cr.cp << ": " << cr.reason << "\n";
+  if (!plan.per_kind.empty()) os << "\nper layer kind (each kind's layers planned alone):\n";
+  for (const auto& k : plan.per_kind)
+    os << "  cp=" << k.cp << " " << k.kind << " x" << k.layers << " (" << k.mask << "): " << k.sharder << " + "
+       << k.transport << (k.wire.empty() ? "" : " + " + k.wire + " wire") << ", " << fmt_time(k.step_s) << ", "
+       << fmt_bytes(static_cast<double>(k.bytes_per_rank)) << " sent/rank\n    " << k.why << "\n";
   return os.str();
 }
 

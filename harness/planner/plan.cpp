@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "harness/planner/format.hpp"
+#include "harness/planner/layer_kinds.hpp"
 #include "harness/planner/mixer_cost.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
@@ -216,6 +217,13 @@ Plan make_plan(const PlanRequest& request) {
       break;
     }
   rank_and_recommend(plan);
+  plan.per_kind = plan_layer_kinds(plan);
+  if (!plan.per_kind.empty())
+    plan.notes.push_back(m.attention.is_mla()
+                             ? "MLA: the cases above price its layers as plain attention (q/k head dim, no latent); "
+                               "'per layer kind' below prices both wires (mla_wire expanded | latent)"
+                             : "the cases above run every attention layer under one mask; 'per layer kind' below "
+                               "plans the sliding and the full layers each on its own");
   return plan;
 }
 

@@ -31,6 +31,8 @@
 //   mixer_cost     the other mixer's part of a case under each of its strategies (FLOPs, time, bytes,
 //                  memory), from the mixer's own layer_cost
 //   recommendation ranking at each W and the prose of why
+//   layer_kinds    a layout x transport per attention layer kind (sliding / full / MLA) and why
+//   mla_wire_price MLA's expanded vs latent wire (bytes against up-projection FLOPs)
 //   calibration    FLOP/s and bandwidth fitted from a measured report
 //   output         JSON and table
 //   plan (here)    make_plan (validation, then every case), predicted_rank_flops

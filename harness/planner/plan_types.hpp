@@ -91,6 +91,18 @@ struct Recommendation {
   std::vector<CpRecommendation> per_cp;
 };
 
+// The best layout x transport for one kind of attention layer at one W (harness/planner/layer_kinds.hpp).
+struct KindChoice {
+  std::string kind;   // sliding_attention | full_attention | mla
+  int64_t layers = 0;  // attention layers of this kind
+  std::string mask;   // the mask they run
+  int64_t cp = 1;
+  std::string sharder, transport, wire;  // wire: MLA's expanded | latent ("" for the other kinds)
+  double step_s = 0;                     // these layers' part of a step (fwd + bwd, or fwd with Pass::forward)
+  int64_t bytes_per_rank = 0;            // they send per rank per step
+  std::string why;                       // one line: what decided it
+};
+
 struct Plan {
   PlanRequest request;               // as resolved (default sharders and transports filled in)
   int64_t real_tokens = 0;           // tokens in documents (== seq_len without documents)
@@ -98,6 +110,7 @@ struct Plan {
   std::vector<PlanCase> cases;       // for each cp, each sharder, each transport (request order)
   Recommendation recommendation;
   std::vector<std::string> notes;
+  std::vector<KindChoice> per_kind;  // per attention layer kind (empty: the layers are all plain full attention)
 };
 
 }  // namespace cpbench::plan

@@ -4,7 +4,8 @@
 // forward pass at W = 2 and 8: the model's layer counts are its config's, every case is priced, a step
 // is its attention and linear-mixer parts, and the linear mixers' (Mamba or GDN) bytes of a training step
 // are twice the forward's (the backward sends what the forward sent) while their FLOPs are the forward's
-// in both and their compute three times the forward's.
+// in both and their compute three times the forward's; models with sliding or MLA layers are planned per
+// layer kind too.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -112,5 +114,28 @@ TEST(PlanShippedModels, EveryShippedModelIsPlannedThroughTheCliAndItsJsonHolds) 
     }
     EXPECT_GT(per_cp[2], 0) << "no case at cp 2";
     EXPECT_GT(per_cp[8], 0) << "no case at cp 8";
+    // Per attention layer kind (harness/planner/layer_kinds.hpp): an MLA model (DeepSeek-V3, Kimi K2; Kimi
+    // Linear's MLA is read as plain attention) gets a wire, a model with sliding layers its sliding and
+    // full kinds, at each W; the others have no per-kind section.
+    const bool mla = text.contains("kv_lora_rank") && text.at("model_type") != "kimi_linear";
+    bool sliding = false;
+    if (text.contains("layer_types"))
+      for (const auto& t : text["layer_types"]) sliding = sliding || t == "sliding_attention";
+    ASSERT_EQ(train.contains("per_kind"), mla || sliding);
+    if (!train.contains("per_kind")) continue;
+    std::map<int64_t, std::set<std::string>> kinds;
+    for (const auto& k : train["per_kind"]) {
+      kinds[k["cp"].get<int64_t>()].insert(k["kind"].get<std::string>());
+      EXPECT_GT(k["predicted_step_s"].get<double>(), 0);
+      EXPECT_FALSE(k["why"].get<std::string>().empty());
+      if (mla) {
+        const std::string wire = k["wire"].get<std::string>();
+        EXPECT_TRUE(wire == "expanded" || wire == "latent") << wire;
+      }
+    }
+    const std::set<std::string> want = mla ? std::set<std::string>{"mla"}
+                                           : std::set<std::string>{"sliding_attention", "full_attention"};
+    EXPECT_EQ(kinds[2], want);
+    EXPECT_EQ(kinds[8], want);
   }
 }

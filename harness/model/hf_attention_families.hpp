@@ -1,0 +1,34 @@
+#pragma once
+// The readers of the attention-only model families' config.json (internal to harness/model/; hf_config
+// dispatches to them by model_type), and the attention fields every family with attention reads:
+//
+//   read_attention   num_attention_heads, num_key_value_heads (default: the query heads),
+//                    head_dim / attention_head_dim (default hidden_size / heads), rope_theta
+//   read_sliding     sliding_window and which layers use it (HfModel::sliding; hf_config.hpp lists the
+//                    rules per model_type)
+//   read_dense       llama, mistral, qwen2, qwen3: every layer attention + one dense MLP
+//   read_gpt_oss     gpt_oss: layer_types (default: even layers sliding_attention, odd full_attention,
+//                    as transformers), sliding_window (default 128), head_dim, a learned sink per head on
+//                    every attention layer (attention.sinks), MoE on every layer: num_local_experts,
+//                    num_experts_per_tok (or experts_per_token) of intermediate_size each
+//   read_mla_moe     deepseek_v3 and kimi_k2 (Kimi K2 is DeepSeek-V3's architecture; transformers reads
+//                    its config as deepseek_v3): every layer MLA (attention.mla: kv_lora_rank,
+//                    qk_rope_head_dim, qk_nope_head_dim, v_head_dim; q_lora_rank kept, null = none);
+//                    head_dim = qk_nope + qk_rope (the q/k head dim; a `head_dim` field is not read:
+//                    transformers sets it to qk_rope_head_dim); MoE: layer i is MoE iff i >=
+//                    first_k_dense_replace and i % moe_layer_freq == 0 (n_routed_experts,
+//                    num_experts_per_tok, n_shared_experts, moe_intermediate_size); the other layers keep
+//                    their dense MLP of intermediate_size
+#include "harness/model/hf_config.hpp"
+#include "harness/model/hf_fields.hpp"
+
+namespace cpbench::hf {
+
+void read_attention(const Fields& f, HfModel& m);
+// Which attention layers use the sliding window (mixer layers all 'A' here).
+void read_sliding(const Fields& f, HfModel& m);
+void read_dense(const Fields& f, HfModel& m);
+void read_gpt_oss(const Fields& f, HfModel& m);
+void read_mla_moe(const Fields& f, HfModel& m);
+
+}  // namespace cpbench::hf

@@ -1,0 +1,90 @@
+// The planner per attention layer kind (harness/planner/layer_kinds.hpp): gpt-oss's sliding layers are
+// planned under their window (and take the windowed ring, whose bytes the window sets) apart from its full
+// layers; DeepSeek-V3's MLA layers get a wire, the latent across nodes, its bytes the transport's formula
+// at 576 values per token; models of one plain kind get no per-kind section (their plans unchanged).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "harness/planner/layer_kinds.hpp"
+#include "harness/planner/plan.hpp"
+#include "kernels/transports/transport.hpp"
+
+using namespace cpbench;
+
+namespace {
+
+plan::PlanRequest request(const std::string& model, int64_t S, std::vector<int64_t> cps, const std::string& cluster) {
+  plan::PlanRequest r;
+  r.model = plan::model_preset(model);
+  r.seq_len = S;
+  r.cps = std::move(cps);
+  r.cluster = plan::cluster_preset(cluster);
+  return r;
+}
+
+TEST(PlanLayerKinds, GptOssSlidingLayersArePlannedUnderTheirWindowApartFromTheFullOnes) {
+  // Two nodes of 8 joined at 50 GB/s: cp 8 inside a node, cp 16 across.
+  const plan::Plan p = plan::make_plan(request("gpt-oss-120b", 32768, {8, 16}, "h100-ib400"));
+  ASSERT_EQ(p.per_kind.size(), 4u);  // sliding at cp 8, 16, then full at cp 8, 16
+  for (const auto& k : p.per_kind)
+    std::printf("cp %lld %s x%lld (%s): %s/%s %.3g ms, %lld B; %s\n", static_cast<long long>(k.cp), k.kind.c_str(),
+                static_cast<long long>(k.layers), k.mask.c_str(), k.sharder.c_str(), k.transport.c_str(),
+                1e3 * k.step_s, static_cast<long long>(k.bytes_per_rank), k.why.c_str());
+  for (int i = 0; i < 2; ++i) {
+    const plan::KindChoice& sliding = p.per_kind[static_cast<size_t>(i)];
+    const plan::KindChoice& full = p.per_kind[static_cast<size_t>(i + 2)];
+    SCOPED_TRACE("cp " + std::to_string(sliding.cp));
+    EXPECT_EQ(sliding.cp, full.cp);
+    EXPECT_EQ(sliding.kind, "sliding_attention");
+    EXPECT_EQ(sliding.layers, 18);
+    EXPECT_EQ(sliding.mask, "sliding_window:128");
+    EXPECT_EQ(full.kind, "full_attention");
+    EXPECT_EQ(full.layers, 18);
+    EXPECT_EQ(full.mask, "causal");
+    EXPECT_NE(full.transport, "ring_window");
+    // 128 keys per query against up to 32K: the sliding layers' step is a small fraction of the full ones'.
+    EXPECT_LT(5 * sliding.step_s, full.step_s);
+  }
+  const plan::KindChoice& across = p.per_kind[1];
+  ASSERT_EQ(across.cp, 16);
+  // A window of 128 against 2048 local tokens across nodes: the halo of 127 keys, not the (W - 1) x 2048 a
+  // full-sequence transport moves.
+  EXPECT_EQ(across.transport, "ring_window") << across.why;
+  // Upper bound: 18 layers x (K, V out + dK, dV back) x 127 tokens x 8 kv heads x 64 x 4 B, from both
+  // neighbours (35.7 MiB); the full layers move far more.
+  EXPECT_LE(across.bytes_per_rank, int64_t{18} * 2 * 2 * 127 * 8 * 64 * 4 * 2);
+  EXPECT_GT(across.bytes_per_rank, 0);
+  EXPECT_GT(p.per_kind[3].bytes_per_rank, 20 * across.bytes_per_rank);
+}
+
+TEST(PlanLayerKinds, DeepSeekV3MlaLayersTakeTheLatentWireAcrossNodes) {
+  const plan::Plan p = plan::make_plan(request("deepseek-v3", 65536, {8, 16}, "h100-ib400"));
+  ASSERT_EQ(p.per_kind.size(), 2u);
+  for (const auto& k : p.per_kind) {
+    std::printf("cp %lld %s x%lld: %s/%s + %s %.3g ms, %lld B; %s\n", static_cast<long long>(k.cp), k.kind.c_str(),
+                static_cast<long long>(k.layers), k.sharder.c_str(), k.transport.c_str(), k.wire.c_str(),
+                1e3 * k.step_s, static_cast<long long>(k.bytes_per_rank), k.why.c_str());
+    EXPECT_EQ(k.kind, "mla");
+    EXPECT_EQ(k.layers, 61);
+    EXPECT_TRUE(k.transport == "allgather" || k.transport == "ring") << k.transport;
+  }
+  const plan::KindChoice& across = p.per_kind[1];
+  ASSERT_EQ(across.cp, 16);
+  // 16 ranks over two nodes joined at 50 GB/s: 71x fewer bytes outweigh the up-projection.
+  EXPECT_EQ(across.wire, "latent") << across.why;
+  // Its bytes: the transport's own formula at r + dr = 576 values per token, 61 layers.
+  CallShape call{16, 1, 128, 128, 65536 / 16, 192, 2};
+  call.kv_token_elements = 576;
+  EXPECT_EQ(across.bytes_per_rank, 61 * make_transport(across.transport)->bytes_per_call(call));
+}
+
+TEST(PlanLayerKinds, ModelsOfOnePlainKindKeepTheirPlan) {
+  for (const char* name : {"llama3-8b", "kimi-linear-48b-a3b", "qwen2.5-7b"}) {
+    const plan::Plan p = plan::make_plan(request(name, 16384, {8}, "h100-nvlink"));
+    EXPECT_TRUE(p.per_kind.empty()) << name;
+  }
+}
+
+}  // namespace
