@@ -1,5 +1,6 @@
 #include "harness/planner/mla_wire_price.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "sharders/core/check.hpp"
@@ -14,6 +15,8 @@ MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) 
   const auto time_of = [&](MlaWire wire, double extra_fwd_s, double extra_bwd_s, int64_t& bytes) {
     CallShape call{q.cp, q.batch, q.heads, q.heads, q.local_tokens, q.dims.qk_head_dim(), q.element_size};
     call.kv_token_elements = mla_wire_elements_per_token(q.dims, q.heads, wire);
+    call.v_head_dim = q.dims.v_head_dim;  // the head-parallel transports' q / output all-to-alls
+    call.latent_wire = wire == MlaWire::latent;
     bytes = transport.bytes_per_call(call);
     const int64_t fwd = transport.forward_bytes_per_call(call);
     CallCostInputs in;
@@ -34,12 +37,14 @@ MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) 
   };
   const double tokens = static_cast<double>(q.batch * q.local_tokens);
   const double u = mla_up_projection_flops(q.dims, q.heads, tokens);  // one pass over the local tokens
-  const double W = static_cast<double>(q.cp);
-  p.up_flops_extra = (4 * W - 3) * u;
-  // Expanded: the layer's own up-projection (fwd u, bwd 2u) is the same work as a single rank's; the
-  // latent: W u forward, 3 W u backward.
+  // The key blocks a call up-projects: W (allgather, ring), W/U of U*S tokens for H/U heads (a2a: 1,
+  // hybrid: the ring's W/U), each u FLOPs. One block is expanded once with autograd (fwd u, bwd 2u, as
+  // the expanded wire's layer); more are up-projected per block, fwd K u, bwd 3 K u (recomputed).
+  const double K = static_cast<double>(q.cp / std::max<int64_t>(1, transport.head_parallel_degree(q.cp)));
+  p.up_flops_extra = K > 1 ? (4 * K - 3) * u : 0.0;
+  // Expanded: the layer's own up-projection (fwd u, bwd 2u) is the same work as a single rank's.
   p.expanded = time_of(MlaWire::expanded, u / q.flops_rate, 2 * u / q.flops_rate, p.bytes_expanded);
-  p.latent = time_of(MlaWire::latent, W * u / q.flops_rate, 3 * W * u / q.flops_rate, p.bytes_latent);
+  p.latent = time_of(MlaWire::latent, K * u / q.flops_rate, (K > 1 ? 3 * K : 2.0) * u / q.flops_rate, p.bytes_latent);
   p.latent_wins = p.latent.step_s < p.expanded.step_s;
   char line[320];
   std::snprintf(line, sizeof line,

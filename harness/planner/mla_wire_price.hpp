@@ -7,11 +7,14 @@
 //   expanded: the layer up-projects its own S tokens once: forward S u, backward 2 S u (two gradients);
 //   latent:   the transport up-projects every key block it attends, W of them, in the forward and again
 //             in the backward (which recomputes them), and takes both gradients there: W S u + 3 W S u.
-// So the latent wire adds (4W - 3) S u FLOPs per call, at the cluster's rate, on the compute path
-// (forward: W - 1 blocks more). Both wires' up-projection is given to the transport's time formula as
-// compute (forward in c_fwd, backward in c_bwd), so it overlaps transfers exactly as attention's own
-// per-block compute does (the ring hides a hop behind a step's compute). The latent wire sends
-// kv_token_elements r + dr instead of H (dn + dr + dv) values per token. The latent wins when the step time it gives (compute + the exposed part of its smaller
+// (a2a and hybrid: K = W/U key blocks of U*S tokens for H/U heads, the same u per block; K = 1 is
+// expanded once with autograd, fwd u, bwd 2u, the expanded wire's work.)
+// So the latent wire adds (4K - 3) S u FLOPs per call (K = W on allgather and ring; 0 when K = 1), at the
+// cluster's rate, on the compute path (forward: K - 1 blocks more). Both wires' up-projection is given to
+// the transport's time formula as compute (forward in c_fwd, backward in c_bwd), so it overlaps transfers
+// exactly as attention's own per-block compute does (the ring hides a hop behind a step's compute). The
+// latent wire sends kv_token_elements r + dr instead of H (dn + dr + dv) values per token. The latent wins
+// when the step time it gives (compute + the exposed part of its smaller
 // transfers) is below the expanded wire's.
 #include <cstdint>
 #include <string>

@@ -79,6 +79,28 @@ class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
   }
 };
 
+// The all-gather inside `peers` as an all-to-all of P copies of `local`; its backward sends each peer
+// the gradient of its copy (in grad_dtype) and sums what comes back: a reduce-scatter.
+class GroupAllGatherFunction : public torch::autograd::Function<GroupAllGatherFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const AllToAllSpec& spec,
+                            at::ScalarType grad_dtype) {
+    ctx->saved_data["spec"] = make_saved_object(spec);
+    ctx->saved_data["grad_dtype"] = static_cast<int64_t>(grad_dtype);
+    const auto P = static_cast<int64_t>(spec.peers.size());
+    std::vector<int64_t> copies{P};
+    copies.insert(copies.end(), local.sizes().begin(), local.sizes().end());
+    return observed_all_to_all(spec, local.unsqueeze(0).expand(copies).contiguous());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& spec = saved_object<AllToAllSpec>(ctx->saved_data["spec"]);
+    const auto gd = static_cast<at::ScalarType>(ctx->saved_data["grad_dtype"].toInt());
+    const at::Tensor back = observed_all_to_all(spec, grads[0].to(gd).contiguous());
+    return {back.sum(0).to(grads[0].scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local, const std::vector<int>& peers,
@@ -118,6 +140,13 @@ at::Tensor all_gather_autograd(const Communicator& comm, const at::Tensor& local
            shape_str(local.sizes()), " (rank ", comm.rank(), ")");
   if (comm.size() == 1) return local;
   return AllGatherFunction::apply(local, comm, d);
+}
+
+at::Tensor group_all_gather_autograd(const Communicator& comm, const at::Tensor& local, const std::vector<int>& peers,
+                                     at::ScalarType grad_dtype, const AllToAllObserver& observer) {
+  CP_CHECK(local.defined(), "group_all_gather_autograd: undefined tensor (rank ", comm.rank(), ")");
+  if (peers.size() == 1) return local.unsqueeze(0);
+  return GroupAllGatherFunction::apply(local, AllToAllSpec{comm, peers, observer}, grad_dtype);
 }
 
 }  // namespace cpbench::comm

@@ -51,6 +51,16 @@ struct AllToAllObserver {
 [[nodiscard]] at::Tensor all_to_all_autograd(const Communicator& comm, const at::Tensor& local,
                                              const std::vector<int>& peers, const AllToAllObserver& observer = {});
 
+// group_all_gather_autograd(comm, local, peers, grad_dtype, observer):
+//   forward:  every peer's `local` (same shape), stacked in `peers` order: [P, ...local] (an all-to-all
+//             of P copies of `local`, so the observer sees (P-1) copies sent).
+//   backward: block i of the gradient goes back to peers[i] in `grad_dtype` (e.g. float32 for 16-bit
+//             inputs), and the P blocks received are summed: a reduce-scatter (SUM) over the group.
+//   A group of one returns local.unsqueeze(0) (no exchange).
+[[nodiscard]] at::Tensor group_all_gather_autograd(const Communicator& comm, const at::Tensor& local,
+                                                   const std::vector<int>& peers, at::ScalarType grad_dtype,
+                                                   const AllToAllObserver& observer = {});
+
 // all_to_all_autograd(comm, x, split_dim, concat_dim):
 //   forward:  `x` is cut into W equal blocks along `split_dim` (its size must divide by W); block q
 //             goes to rank q. The result concatenates, along `concat_dim`, the blocks received from

@@ -19,6 +19,12 @@
 //      of the tokens in the order they arrived (below). For a2a (R = 1) that is one block: the whole
 //      sequence against itself.
 //   4. The output goes back with the inverse all-to-all: [B, H, S, D] of this rank's tokens.
+//   MLA (V's head dim Dv != K's): the tensors of one all-to-all travel flattened per destination. The
+//   latent wire (k = the latent [B, 1, S, r + dr], every head's): only q takes the head all-to-all; the
+//   latent is all-gathered in the group (comm::group_all_gather_autograd; backward: a reduce-scatter of
+//   each rank's partial d latent, float32 for 16-bit inputs) and each rank up-projects the group's U*S
+//   tokens with its heads' rows of W_up (AttentionContext::kv_up); the ring across groups moves the
+//   group's latent (its latent wire). Bytes: head_parallel_costs.hpp, checked every MLA call per pass.
 //   Backward: the all-to-alls are differentiable (comm::all_to_all_autograd, the same exchange
 //   reversed) and the ring's backward is the ring transport's.
 //

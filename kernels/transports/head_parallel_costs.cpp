@@ -8,26 +8,41 @@
 
 namespace cpbench::kernels {
 
-int64_t head_parallel_a2a_bytes(const CallShape& c, int64_t ulysses) {
+int64_t head_parallel_group_bytes(const CallShape& c, int64_t ulysses, bool forward) {
   const int64_t U = ulysses;
   if (U <= 1) return 0;
-  const int64_t Hk = c.kv_heads * kv_replication(c.kv_heads, U);
-  // q, k, v in plus the output back; each all-to-all keeps 1/U of the message at home.
-  return (U - 1) * c.batch * c.local_tokens * c.head_dim * c.element_size * (2 * c.q_heads + 2 * Hk) / U;
+  const int64_t rep = kv_replication(c.kv_heads, U);
+  const int64_t Dv = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim, T = c.batch * c.local_tokens;
+  // The head all-to-alls, each keeping 1/U of its message at home: q in and the output back (the
+  // backward: the output's gradient in, dq back), plus K and V split by head unless the latent travels.
+  const int64_t kv = c.latent_wire ? 0 : (c.kv_token_elements > 0 ? c.kv_token_elements : c.kv_heads * (c.head_dim + Dv));
+  const int64_t a2a = (U - 1) * T * c.element_size * (c.q_heads * (c.head_dim + Dv) + rep * kv) / U;
+  if (!c.latent_wire) return a2a;
+  // MLA's latent, one per token for every head: all-gathered inside the group (U - 1 copies of this
+  // rank's S tokens), its gradient reduce-scattered back in the accumulation dtype.
+  const int64_t e = forward ? c.element_size : grad_element_size(c.element_size);
+  return a2a + (U - 1) * T * c.kv_token_elements * e;
+}
+
+CallShape head_parallel_ring_call(const CallShape& c, int64_t ulysses) {
+  const int64_t U = ulysses, Hk = c.kv_heads * kv_replication(c.kv_heads, U);
+  CallShape r = c;
+  r.cp = c.cp / U;
+  r.q_heads = c.q_heads / U;
+  r.kv_heads = c.latent_wire ? r.q_heads : Hk / U;
+  r.local_tokens = U * c.local_tokens;
+  // The ring moves this rank's head slice of the group's U*S tokens: the latent whole, or Hk/U heads' K/V.
+  if (c.kv_token_elements > 0 && !c.latent_wire) r.kv_token_elements = c.kv_token_elements * (Hk / c.kv_heads) / U;
+  return r;
 }
 
 int64_t head_parallel_bytes(const CallShape& c, int64_t ulysses) {
-  const int64_t R = c.cp / ulysses;
-  const int64_t Hk = c.kv_heads * kv_replication(c.kv_heads, ulysses);
-  const auto [kv, dkv] = kv_blocks(c.batch, Hk, c.local_tokens, c.head_dim, c.element_size);
-  return 2 * head_parallel_a2a_bytes(c, ulysses) + (R - 1) * (2 * kv + dkv);
+  return head_parallel_group_bytes(c, ulysses, true) + head_parallel_group_bytes(c, ulysses, false) +
+         ring_bytes(head_parallel_ring_call(c, ulysses));
 }
 
 int64_t head_parallel_forward_bytes(const CallShape& c, int64_t ulysses) {
-  const int64_t R = c.cp / ulysses;
-  const int64_t Hk = c.kv_heads * kv_replication(c.kv_heads, ulysses);
-  return head_parallel_a2a_bytes(c, ulysses) +
-         (R - 1) * kv_block_bytes(c.batch, Hk, c.local_tokens, c.head_dim, c.element_size);
+  return head_parallel_group_bytes(c, ulysses, true) + kv_passing_forward_bytes(head_parallel_ring_call(c, ulysses));
 }
 
 CallTime head_parallel_time(const CallCostInputs& in, int64_t ulysses) {
@@ -71,21 +86,28 @@ CallTime head_parallel_time(const CallCostInputs& in, int64_t ulysses) {
   const int64_t R = in.cp / ulysses;
   const double a = in.latency_s, Bw = in.bandwidth;
   // The all-to-alls block the compute (nothing overlaps them): two per pass, U-1 messages each.
-  const double a2a_bytes = in.call.head_dim > 0 ? static_cast<double>(head_parallel_a2a_bytes(in.call, U))
-                           : R == 1             ? in.fwd_bytes
-                                                : 0.0;
-  CP_CHECK(R == 1 || in.call.head_dim > 0,
+  const bool shaped = in.call.head_dim > 0;
+  const double group_f = shaped ? static_cast<double>(head_parallel_group_bytes(in.call, U, true))
+                         : R == 1 ? in.fwd_bytes
+                                  : 0.0;
+  const double group_b = shaped ? static_cast<double>(head_parallel_group_bytes(in.call, U, false))
+                         : R == 1 ? in.fwd_bytes
+                                  : 0.0;
+  CP_CHECK(R == 1 || shaped,
            "hybrid time_per_call: the call's shape (CallCostInputs::call) is needed "
            "to split the bytes between the all-to-alls and the ring");
   const double Bg = in.group_bandwidth > 0 ? in.group_bandwidth : Bw;
-  const double t_a2a = U > 1 ? 2.0 * static_cast<double>(U - 1) * a + a2a_bytes / Bg : 0.0;
+  // Two exchanges per pass (q, k, v in; the output back), three with MLA's latent (q, the latent, the output).
+  const double exchanges = in.call.latent_wire ? 3.0 : 2.0;
+  const double lat = U > 1 ? exchanges * static_cast<double>(U - 1) * a : 0.0;
+  const double t_a2a_f = U > 1 ? lat + group_f / Bg : 0.0, t_a2a_b = U > 1 ? lat + group_b / Bg : 0.0;
   // The ring transport's formula over R positions, each step one R-th of the compute.
-  const RingExposure ring = ring_exposure(in, R, in.fwd_bytes - a2a_bytes, in.bwd_bytes - a2a_bytes, f, b);
-  t.forward_exposed_s = t_a2a + ring.forward;
+  const RingExposure ring = ring_exposure(in, R, in.fwd_bytes - group_f, in.bwd_bytes - group_b, f, b);
+  t.forward_exposed_s = t_a2a_f + ring.forward;
   t.forward_s = f + t.forward_exposed_s;
-  t.exposed_s = 2 * t_a2a + ring.forward + ring.backward;
+  t.exposed_s = t_a2a_f + t_a2a_b + ring.forward + ring.backward;
   t.step_s = f + b + t.exposed_s;
-  t.transfer_s = 2 * t_a2a + ring.transfer;
+  t.transfer_s = t_a2a_f + t_a2a_b + ring.transfer;
   return t;
 }
 

@@ -9,11 +9,17 @@
 
 namespace cpbench::kernels {
 
-// Bytes one rank sends in the forward's two all-to-alls (q, k, v in; the output back); the backward
-// sends the same again (the output's gradient in; dq, dk, dv back): (U-1) * B*S*D*e * 2*(H + Hk) / U.
-[[nodiscard]] int64_t head_parallel_a2a_bytes(const CallShape& c, int64_t ulysses);
-// The bytes formulas of the U x (W/U) mesh: the all-to-alls above plus the ring's over R positions with
-// a K/V block of 2*B*Hk*S*D*e (Hk = the replicated kv heads), dK/dV in the accumulation dtype.
+// Bytes one rank sends inside its Ulysses group in one pass (forward, or backward): the head all-to-alls
+// (q, k, v in and the output back; the backward: the output's gradient in, dq, dk, dv back),
+// (U-1) * B*S*e * (H*(D + Dv) + Hk*(D + Dv)) / U. MLA (CallShape::v_head_dim, kv_token_elements):
+// expanded, K and V of Dk and Dv per head; latent, q and the output only, plus the latent all-gathered
+// in the group, (U-1) * B*S*(r + dr) * e, its gradient reduce-scattered back in the accumulation dtype.
+[[nodiscard]] int64_t head_parallel_group_bytes(const CallShape& c, int64_t ulysses, bool forward);
+// The call the ring across the R = W/U groups sees (one source for its formula and the transport's
+// per-call check): R positions, H/U query heads, U*S tokens, Hk/U kv heads (latent: the whole latent).
+[[nodiscard]] CallShape head_parallel_ring_call(const CallShape& c, int64_t ulysses);
+// The bytes formulas of the U x (W/U) mesh: the group's exchanges above (both passes) plus the ring's
+// (kv_passing_costs.hpp ring_bytes) over head_parallel_ring_call, dK/dV in the accumulation dtype.
 [[nodiscard]] int64_t head_parallel_bytes(const CallShape& c, int64_t ulysses);
 [[nodiscard]] int64_t head_parallel_forward_bytes(const CallShape& c, int64_t ulysses);
 // The time formula (transport.hpp, "Cost formulas").

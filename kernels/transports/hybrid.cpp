@@ -34,6 +34,10 @@ class HybridTransport final : public Transport {
     return head_split_reason(name(), cp, ulysses_, q_heads, kv_heads);
   }
 
+  // MLA, both wires (head_parallel.hpp): expanded K and V split by head like any K/V; the latent
+  // all-gathered in the Ulysses group, each rank up-projecting its heads' slice.
+  [[nodiscard]] std::string unsupported_mla(MlaWire /*wire*/) const override { return ""; }
+
   [[nodiscard]] int64_t head_parallel_degree(int64_t /*cp*/) const override { return ulysses_; }
 
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

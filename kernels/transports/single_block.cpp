@@ -34,6 +34,8 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
     const KernelRoute route = st.route(0, qc);
     CallPairs pairs;
     st.count_block(plan, route, pairs);
+    // MLA's latent wire: the caller (ring_attention, allgather) up-projected the one block (mla_expand).
+    if (st.shape.latent) pairs.up_projected_blocks = 1;
     BlockOutput r = routed_forward(qc, kc, vc, plan, st.scale, route, st.numerics(q.scalar_type(), true));
     if (sinks.defined()) {  // the whole merge is this one block: the sink follows it (sink.hpp)
       const auto out_dtype = r.out.scalar_type();

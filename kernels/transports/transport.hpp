@@ -135,9 +135,14 @@ struct CallShape {
   // at, per pass. 0 for every other transport.
   int64_t halo_sent = 0, halo_received = 0, halo_steps = 0;
   // K/V values one token puts on the wire; 0: 2*kv_heads*head_dim (K and V of one head dim). MLA:
-  // mla_wire_elements_per_token (kernels/attention/mla.hpp), expanded or latent. The allgather and
-  // ring formulas read it (the others are not offered MLA: Transport::unsupported_mla).
+  // mla_wire_elements_per_token (kernels/attention/mla.hpp), expanded or latent. Every MLA-capable
+  // transport's formula reads it (allgather, ring; a2a and hybrid with the two fields below).
   int64_t kv_token_elements = 0;
+  // MLA only, for the head-parallel transports' all-to-alls of q and the output: V's (and the output's)
+  // head dim (0: head_dim), and whether kv_token_elements is the latent (shared by every head, so
+  // all-gathered inside a Ulysses group rather than split by head).
+  int64_t v_head_dim = 0;
+  bool latent_wire = false;
 };
 
 // One attention call (one layer) of one rank, as the time formula sees it. Seconds, bytes, B/s.
@@ -226,9 +231,10 @@ class Transport {
   // the mask's positions as stream positions, which a packed layout's are not).
   [[nodiscard]] virtual std::string unsupported_layout(const Layout& /*layout*/) const { return ""; }
   // Empty if this transport runs MLA attention (kernels/attention/mla.hpp) with K/V on `wire`; otherwise
-  // the reason. allgather and ring run both wires; the others refuse (see the .cpp of each).
+  // the reason. allgather, ring, a2a and hybrid run both wires; the others refuse (see the .cpp of each).
   [[nodiscard]] virtual std::string unsupported_mla(MlaWire /*wire*/) const {
-    return "MLA (separate q/k and v head dims, the latent wire) is implemented on allgather and ring only";
+    return "MLA (separate q/k and v head dims, the latent wire) is implemented on allgather, ring, a2a and "
+           "hybrid only";
   }
   [[nodiscard]] virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const AttentionContext& ctx) const = 0;

@@ -120,10 +120,10 @@ TEST(MlaMath, AllgatherAndRingAtWorldOneMatchTheExplicitPerHeadAttention) {
   const auto want = grads([&](const at::Tensor& q, const at::Tensor& l, const at::Tensor& w) {
     return explicit_mla_attention(q, l, w, d);
   });
-  for (const char* name : {"allgather", "ring"})
+  for (const char* name : {"allgather", "ring", "a2a", "hybrid"})
     for (const MlaWire wire : {MlaWire::expanded, MlaWire::latent})
       for (const bool tiled : {false, true}) {
-        const auto t = make_transport(name);
+        const auto t = make_transport(name, TransportOptions{std::string(name) == "hybrid" ? 1 : 0});
         ASSERT_EQ(t->unsupported_mla(wire), "") << name;
         AttentionContext ctx{&one, mask, m, m, 0, nullptr, "", nullptr, tiled};
         ctx.plans = t->make_plans(mask, m, m, {}, 0, 1, at::kCPU);
@@ -142,10 +142,8 @@ TEST(MlaMath, AllgatherAndRingAtWorldOneMatchTheExplicitPerHeadAttention) {
         EXPECT_LT(rel_err(got[2], want[2]), 1e-12) << what << ": d latent";
         EXPECT_LT(rel_err(got[3], want[3]), 1e-12) << what << ": d W_up";
       }
-  // The head-parallel transports refuse MLA with a reason.
-  for (const char* name : {"a2a", "hybrid", "ring_window"})
-    EXPECT_NE(make_transport(name, TransportOptions{std::string(name) == "hybrid" ? 1 : 0})->unsupported_mla(MlaWire::latent), "")
-        << name;
+  // The windowed ring refuses MLA with a reason.
+  EXPECT_NE(make_transport("ring_window")->unsupported_mla(MlaWire::latent), "");
 }
 
 TEST(MlaBytes, TheLatentWireIs71xSmallerForDeepSeekV3) {
@@ -175,6 +173,36 @@ TEST(MlaBytes, TheLatentWireIs71xSmallerForDeepSeekV3) {
         << name;
   }
   EXPECT_NEAR(mla_up_projection_flops(v3, 128, 1), 2.0 * 512 * 128 * 256, 0);
+}
+
+// a2a and hybrid (kernels/transports/head_parallel_costs.hpp): q and the output always travel by head
+// (H (Dk + Dv) values per token, (U-1)/U of them sent); the expanded wire adds every head's K and V the
+// same way, the latent wire all-gathers r + dr per token in the group (U - 1 copies) and its gradient
+// comes back in float32 for bf16. Hybrid's ring across the W/U groups moves the group's U*S tokens of
+// latent (or this rank's H/U heads of K/V). Written out from that description for DeepSeek-V3's dims.
+TEST(MlaBytes, HeadParallelFormulasMoveQAndTheOutputByHeadAndTheLatentWhole) {
+  const MlaDims v3{512, 64, 128, 128};
+  const int64_t H = 128, S = 16384, e = 2, L = 576, qo = H * (192 + 128), kv = H * (192 + 128);
+  const auto shape = [&](MlaWire wire) {
+    CallShape c{8, 1, H, H, S, v3.qk_head_dim(), e};
+    c.kv_token_elements = mla_wire_elements_per_token(v3, H, wire);
+    c.v_head_dim = v3.v_head_dim;
+    c.latent_wire = wire == MlaWire::latent;
+    return c;
+  };
+  const auto a2a = make_transport("a2a");
+  EXPECT_EQ(a2a->forward_bytes_per_call(shape(MlaWire::expanded)), 7 * S * e * (qo + kv) / 8);
+  EXPECT_EQ(a2a->bytes_per_call(shape(MlaWire::expanded)), 2 * 7 * S * e * (qo + kv) / 8);
+  EXPECT_EQ(a2a->forward_bytes_per_call(shape(MlaWire::latent)), 7 * S * e * qo / 8 + 7 * S * L * e);
+  EXPECT_EQ(a2a->bytes_per_call(shape(MlaWire::latent)), 2 * 7 * S * e * qo / 8 + 7 * S * L * (e + 4));
+  const auto hybrid = make_transport("hybrid", TransportOptions{4});  // U = 4, a ring of 2 groups
+  EXPECT_EQ(hybrid->forward_bytes_per_call(shape(MlaWire::expanded)), 3 * S * e * (qo + kv) / 4 + 1 * S * kv * e);
+  EXPECT_EQ(hybrid->forward_bytes_per_call(shape(MlaWire::latent)), 3 * S * e * qo / 4 + 3 * S * L * e + 4 * S * L * e);
+  EXPECT_EQ(hybrid->bytes_per_call(shape(MlaWire::latent)),
+            2 * 3 * S * e * qo / 4 + 3 * S * L * (e + 4) + 4 * S * L * (2 * e + 4));
+  // The latent's share: the group part is the W - 1 = 7 other blocks' latents, as on the plain ring.
+  EXPECT_EQ(hybrid->forward_bytes_per_call(shape(MlaWire::latent)) - 3 * S * e * qo / 4,
+            make_transport("ring")->forward_bytes_per_call(shape(MlaWire::latent)));
 }
 
 // The planner's price of both wires (harness/planner/mla_wire_price.hpp) for DeepSeek-V3 (bf16, causal,
