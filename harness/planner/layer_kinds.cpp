@@ -134,7 +134,8 @@ std::vector<KindChoice> plan_layer_kinds(const Plan& plan) {
   if (m.attention_layers() == 0) return {};
   if (m.attention.is_mla()) return mla_kind(plan);
   const int64_t sliding = m.sliding_window > 0 ? m.sliding_layers : 0;
-  if (sliding == 0) return {};
+  // Every layer sliding (Mistral-7B) is one kind: the plan above already runs its window (unchanged).
+  if (sliding == 0 || sliding == m.attention_layers()) return {};
   std::vector<KindChoice> out =
       plain_kind(plan, "sliding_attention", sliding, "sliding_window:" + std::to_string(m.sliding_window), m.sliding_window);
   if (m.attention_layers() > sliding) {

@@ -14,7 +14,8 @@
 //                      price_mla_wires (mla_wire_price.hpp: expanded K/V bytes against the latent's
 //                      bytes + up-projection FLOPs), the cheapest (case, wire) chosen
 //
-// Empty for a model whose attention layers are all plain full attention (its plan is the cases above).
+// Empty for a model whose attention layers are all of one plain kind, full or all sliding (its plan is the
+// cases above, unchanged).
 #include <vector>
 
 #include "harness/planner/plan_types.hpp"
