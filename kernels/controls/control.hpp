@@ -71,6 +71,10 @@ class TransportDecorator : public Transport {
     return inner_->unsupported_heads(cp, q_heads, kv_heads);
   }
   [[nodiscard]] int64_t head_parallel_degree(int64_t cp) const override { return inner_->head_parallel_degree(cp); }
+  [[nodiscard]] std::string unsupported_layout(const Layout& layout) const override {
+    return inner_->unsupported_layout(layout);
+  }
+  [[nodiscard]] std::string unsupported_mla(MlaWire wire) const override { return inner_->unsupported_mla(wire); }
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
     return inner_->attend(q, k, v, ctx);

@@ -21,6 +21,7 @@
 #include "harness/runner/measurement.hpp"
 #include "kernels/controls/control.hpp"
 #include "sharders/core/check.hpp"
+#include "sharders/registry.hpp"
 
 using namespace cpbench;
 
@@ -223,6 +224,33 @@ TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_FALSE(dropped->cannot_show({1, {{"mamba", "state_passing"}}}).empty());
   EXPECT_FALSE(dropped->cannot_show(no_ssm).empty());
   for (const auto& name : known_controls()) EXPECT_EQ(find_control(name)->layout(), "load_balanced") << name;
+}
+
+// A control's transport answers every question as the transport it wraps: MLA (both wires) and the
+// layout, so a control on a2a / ring runs the MLA cases they run and ring_window's refusals stay.
+TEST(Controls, WrappedTransportsAnswerMlaAndLayoutAsTheTransportTheyWrap) {
+  const auto packed = make_layout("thd");
+  for (const char* name : {"a2a", "ring", "ring_window"}) {
+    const auto inner = make_transport(name, {});
+    for (const char* control : {"perturbed", "grad_dropped", "local_only", "sink_per_step", "sink_grad_unreduced"}) {
+      int decorated = 0;
+      for (const int64_t rank : {0, 1}) {  // the rank of 2 the control breaks
+        const auto wrapped = find_control(control)->wrap(inner, {rank, 2, at::kDouble});
+        if (wrapped == inner) continue;
+        ++decorated;
+        for (const MlaWire wire : {MlaWire::expanded, MlaWire::latent})
+          EXPECT_EQ(wrapped->unsupported_mla(wire), inner->unsupported_mla(wire)) << control << " on " << name;
+        EXPECT_EQ(wrapped->unsupported_layout(*packed), inner->unsupported_layout(*packed)) << control << " on " << name;
+      }
+      EXPECT_GE(decorated, 1) << control << " decorates a rank of 2";
+    }
+  }
+  const auto perturbed = [](const char* name) {
+    return find_control("perturbed")->wrap(make_transport(name, {}), {1, 2, at::kDouble});
+  };
+  EXPECT_EQ(perturbed("a2a")->unsupported_mla(MlaWire::latent), "");
+  EXPECT_NE(perturbed("ring_window")->unsupported_mla(MlaWire::latent), "");
+  EXPECT_NE(perturbed("ring_window")->unsupported_layout(*packed), "");
 }
 
 namespace {

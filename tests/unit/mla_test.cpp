@@ -4,7 +4,7 @@
 // wires, both CPU routes) against an explicit per-head softmax, and the bytes formulas: the
 // latent/expanded ratio for DeepSeek-V3's dims (71.1x) and Kimi K2's (35.6x). Multi-rank agreement at
 // W = 2, 3, 4, float64 and bf16: scenarios/mla_expanded.yaml, scenarios/mla_latent.yaml (CTest
-// scenario_mla_expanded, scenario_mla_latent).
+// scenario_mla_expanded, scenario_mla_latent). The planner's wire price: allgather/ring and a2a/hybrid.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -242,6 +242,47 @@ TEST(MlaPlanner, TheLatentWinsAcrossNodesAtLongContextAndIsCloseOnNvlinkAtShort)
     std::printf("%s 128K cp 8, 50 GB/s: %s\n%s 16K cp 4, 450 GB/s: %s\n", name, far.why.c_str(), name,
                 near.why.c_str());
   }
+}
+
+// The planner's price on a2a and hybrid (U = 4) for DeepSeek-V3 (H 128, Dk 192, Dv 128, L = r + dr = 576),
+// bf16, 128K over cp 8, per token of the S = 16384 local ones (head_parallel_costs.cpp's formulas):
+//   q + output by head: H (Dk + Dv) = 40960 values; expanded K/V by head: 40960 more.
+//   a2a forward   expanded 7/8 * 81920 = 71680, latent 7/8 * 40960 + 7 * 576 = 35840 + 4032 = 39872 -> 1.80x;
+//       fwd + bwd expanded 2 * 71680 * e(2) = 286720 B, latent 2 * 35840 * 2 + 7 * 576 * (2 + 4) = 167552 B.
+//   hybrid U = 4 (a ring of R = 2 groups of 4S tokens, this rank's 32 heads: 10240 values per token):
+//       forward expanded 3/4 * 81920 + 4 * 10240 = 102400, latent 3/4 * 40960 + 3 * 576 + 4 * 576 = 34752
+//       -> 2.95x; fwd + bwd expanded 2 * 61440 * 2 + 4 * 10240 * (2 * 2 + 4) = 573440 B, latent
+//       2 * 30720 * 2 + 3 * 576 * (2 + 4) + 4 * 576 * (2 * 2 + 4) = 151680 B.
+//   Up-projection the latent adds: a2a K = 1 block, expanded once with autograd like the expanded wire: 0;
+//   hybrid K = 8/4 = 2 blocks: (4K - 3) u = 5 u, u = 2 r H (dn + dv) = 2 * 512 * 128 * 256 FLOPs per token.
+// Direction at 50 GB/s, 400 TFLOP/s: a2a's latent does the same work with fewer exposed bytes, so it wins;
+// hybrid's group all-to-alls alone send (61440 - 32448) * 2 * S = 0.95 GB less forward (19 ms at 50 GB/s)
+// against 5 u S / rate = 6.9 ms of up-projection, so the latent wins there too.
+TEST(MlaPlanner, HeadParallelPricesMoveQAndTheOutputByHeadAndTheLatentWinsAcrossNodes) {
+  const MlaDims v3{512, 64, 128, 128};
+  const int64_t S = 16384;
+  const double rate = 400e12, u = 2.0 * 512 * 128 * 256 * static_cast<double>(S);
+  plan::MlaWireQuery q;
+  q.dims = v3;
+  q.heads = 128;
+  q.cp = 8;
+  q.local_tokens = S;
+  q.element_size = 2;
+  q.attention_fwd_s = 131072.0 * 131072.0 / 2.0 / 8.0 * 2.0 * 128 * (192 + 128) / rate;  // causal, even
+  q.bandwidth = 50e9;
+  q.latency_s = 10e-6;
+  q.flops_rate = rate;
+  const plan::MlaWirePrice a2a = plan::price_mla_wires(*make_transport("a2a"), q);
+  EXPECT_EQ(a2a.bytes_expanded, 286720 * S);
+  EXPECT_EQ(a2a.bytes_latent, 167552 * S);
+  EXPECT_EQ(a2a.up_flops_extra, 0.0);
+  EXPECT_TRUE(a2a.latent_wins) << a2a.why;
+  const plan::MlaWirePrice hybrid = plan::price_mla_wires(*make_transport("hybrid", TransportOptions{4}), q);
+  EXPECT_EQ(hybrid.bytes_expanded, 573440 * S);
+  EXPECT_EQ(hybrid.bytes_latent, 151680 * S);
+  EXPECT_NEAR(hybrid.up_flops_extra, 5 * u, 1e-6 * u);
+  EXPECT_TRUE(hybrid.latent_wins) << hybrid.why;
+  std::printf("a2a cp 8: %s\nhybrid U 4 cp 8: %s\n", a2a.why.c_str(), hybrid.why.c_str());
 }
 
 }  // namespace
