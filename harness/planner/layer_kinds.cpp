@@ -97,7 +97,8 @@ std::vector<KindChoice> mla_kind(const Plan& plan) {
   const double L = static_cast<double>(layers);
   const bool train = r.pass == Pass::train;
   for (int64_t W : r.cps) {
-    KindChoice best{"mla", layers, r.mask, W};
+    KindChoice best;
+    best.kind = "mla", best.layers = layers, best.mask = r.mask, best.cp = W;
     best.step_s = std::numeric_limits<double>::infinity();
     for (const auto& c : sub.cases) {
       if (c.cp != W) continue;
