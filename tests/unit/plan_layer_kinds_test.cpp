@@ -68,15 +68,20 @@ TEST(PlanLayerKinds, DeepSeekV3MlaLayersTakeTheLatentWireAcrossNodes) {
                 1e3 * k.step_s, static_cast<long long>(k.bytes_per_rank), k.why.c_str());
     EXPECT_EQ(k.kind, "mla");
     EXPECT_EQ(k.layers, 61);
-    EXPECT_TRUE(k.transport == "allgather" || k.transport == "ring") << k.transport;
+    // Any transport that carries MLA (allgather, ring, a2a, hybrid: Transport::unsupported_mla).
+    EXPECT_TRUE(make_transport(k.transport)->unsupported_mla(MlaWire::latent).empty()) << k.transport;
   }
   const plan::KindChoice& across = p.per_kind[1];
   ASSERT_EQ(across.cp, 16);
-  // 16 ranks over two nodes joined at 50 GB/s: 71x fewer bytes outweigh the up-projection.
+  // 16 ranks over two nodes joined at 50 GB/s: the latent's fewer bytes (71x on allgather / ring, the K/V
+  // part of a2a's) outweigh the up-projection.
   EXPECT_EQ(across.wire, "latent") << across.why;
-  // Its bytes: the transport's own formula at r + dr = 576 values per token, 61 layers.
+  // Its bytes: the transport's own formula at r + dr = 576 values per token (v head dim 128 for the
+  // head-parallel transports' q / output exchanges), 61 layers.
   CallShape call{16, 1, 128, 128, 65536 / 16, 192, 2};
   call.kv_token_elements = 576;
+  call.v_head_dim = 128;
+  call.latent_wire = true;
   EXPECT_EQ(across.bytes_per_rank, 61 * make_transport(across.transport)->bytes_per_call(call));
 }
 
