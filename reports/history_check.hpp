@@ -9,6 +9,9 @@
 //   change       for each change point, the medians of the segment before and after it (to the next
 //                change point); change = after / before - 1. Change points with |change| < min_effect
 //                are dropped (weakest first, segments merged, medians recomputed).
+//   newest runs  E-Divisive's change points, then the newest-runs test (change_points.hpp, newest_step_up)
+//                on the newest segment, one-sided toward slower: a slowdown it finds at p <= alpha and of at
+//                least min_effect becomes the newest change point
 //   slowdown     a change the wrong way for the metric: down for rates (unit ending in "/s", mfu,
 //                efficiencies), up for everything else (seconds, bytes)
 //   regression   the newest change point of a case is a slowdown whose drop in rate (1 - before/after
@@ -16,26 +19,13 @@
 //   too short    fewer than 2 x min_segment points: the series cannot be judged
 //   resolution   what the series' own noise lets the check see. s = the run-to-run spread (robust sd of the
 //                log metric about its segments' medians); a step over the newest n of the N judged points
-//                is seen, two-sided at alpha with power kResolutionPower, when its log size exceeds
-//                  (z(1 - alpha/2) + z(power)) * 1.2533 * s * sqrt(1/n + 1/(N - n))
-//                (1.2533: a median's efficiency against the mean under normal noise). `resolution` is that
-//                bound at n = min_segment, as a drop in rate; `runs_needed` the least n >= min_segment at
-//                which a drop of `threshold` clears it (0: no n up to N - min_segment does).
+//                is seen by the newest-runs test at alpha with power kResolutionPower when its log size
+//                exceeds  (z(1 - alpha/2) + z(power)) * kNewestRunsFactor * s * sqrt(1/n + 1/(N - n)).
+//                `resolution` is that bound at n = min_segment, as a drop in rate; `runs_needed` the least
+//                n >= min_segment at which a drop of `threshold` clears it (0: no n up to N - min_segment).
 //   cannot tell  no regression, but runs_needed > min_segment or 0: a slowdown of `threshold` that began
 //                in the newest runs could hide in the spread, so "no regression" would not be honest
-//   the machine  a run is the machine's (spoiled) when its canary (harness/runner/canary.hpp: the median
-//                over its cases of canary_memory_s and of canary_compute_s) is slower than the canary's
-//                lower quartile over all runs (the quiet machine's) by more than kCanaryShift in either
-//                part, and at least half of the run's cases moved with it: their metric is slower than
-//                the case's own median over the runs by more than kCaseShift. A common-mode shift is the
-//                machine's, not a change: its points stay in `points` (marked spoiled) but not in the
-//                series the change points are searched in. Runs without a canary are never spoiled.
-//   a shared step  a machine that slows and stays slow (a neighbour that arrives and stays) spoils no
-//                single run against the others, yet moves every case at one run. A slowdown change of a
-//                case is the machine's when, over the same runs before and after it, the canary slowed by
-//                at least kCanaryStep and at least half as much as the case (in time), and at least half
-//                of the cases slowed by at least half the canary's step with it. It is then no
-//                regression, and no verdict either (a code change landing with it could hide in it).
+//   the machine  runs the machine spoiled, and changes that came with it: reports/machine_runs.hpp
 // exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short,
 // cannot tell or its newest change is the machine's, or one of the newest min_segment runs is the
 // machine's (nothing honest can be said about them), else 0.
@@ -49,11 +39,12 @@
 
 namespace cpbench {
 
-// The power at which `resolution` and `runs_needed` (above) say a change is seen.
+// The power at which `resolution` and `runs_needed` (above) say a change is seen, and the factor that
+// makes it so for the newest-runs test: measured by simulation (tests/unit/newest_step_test.cpp: normal
+// noise, 18 runs, alpha 0.05), 1.45 gives power 0.8 at n = 3 and more beyond (a single rank test would
+// need 1.05, a median 1.2533; the scan over n and the ranks' discreteness at n = 3 cost the rest).
 inline constexpr double kResolutionPower = 0.8;
-// A shared step (above): the least slowdown of the canary's segment medians, in time. Segment medians of
-// a quiet canary (3-5 % run-to-run on the 2-core VM) move by about 2 %.
-inline constexpr double kCanaryStep = 0.10;
+inline constexpr double kNewestRunsFactor = 1.45;
 
 struct HistoryCheckOptions {
   std::string metric = "tokens_per_s";
@@ -89,6 +80,7 @@ struct SeriesChange {
   double change = 0;             // after / before - 1
   double rate_drop = 0;          // the drop in rate (> 0: slower), whatever the metric's direction
   double p_value = 1;
+  bool newest_runs_test = false;  // found by the newest-runs test (change_points.hpp), not E-Divisive
   bool slowdown = false, regression = false;
   // A shared step: the canary's slowdown over the same runs (max of its parts, in time; 0 when the runs
   // have no canary), the cases that slowed with it, and whether the change is the machine's.

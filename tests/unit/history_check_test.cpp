@@ -82,9 +82,10 @@ TEST(HistoryCheck, FasterIsNotARegressionShortIsInconclusiveBadInputIsRefused) {
   ASSERT_EQ(faster.cases[1].changes.size(), 1u) << history_check_text(faster);
   EXPECT_FALSE(faster.cases[1].changes[0].slowdown);
   // Slower then recovered: the newest change point is the recovery, nothing fails.
-  std::vector<HistoryRun> dip = series(24, 8, 0.7, 0.02, 5);
+  // (1.5 % noise: at 2 % the newest 3 of 24 runs resolve 5.7 %, past the threshold: CANNOT TELL.)
+  std::vector<HistoryRun> dip = series(24, 8, 0.7, 0.015, 5);
   for (size_t i = 16; i < dip.size(); ++i)
-    dip[i].cases[1] = series(1, 99, 1, 0.02, 50 + static_cast<unsigned>(i))[0].cases[1];
+    dip[i].cases[1] = series(1, 99, 1, 0.015, 50 + static_cast<unsigned>(i))[0].cases[1];
   const HistoryCheck recovered = check_history(dip, HistoryCheckOptions{}, "test");
   EXPECT_EQ(recovered.exit_status(), 0) << history_check_text(recovered);
   EXPECT_EQ(recovered.cases[1].changes.size(), 2u) << history_check_text(recovered);

@@ -1,0 +1,38 @@
+#pragma once
+// The canary rule of `history check` (docs/measurement.md, "The canary"): which runs the machine spoiled,
+// and which changes came with the machine, from the canary each run stores (harness/runner/canary.hpp)
+// and the cases' own series. Called by check_history (reports/history_check.hpp) in this order:
+// mark_machine_runs before the series are judged, mark_shared_steps after.
+//
+//   the machine  a run is the machine's (spoiled) when its canary (harness/runner/canary.hpp: the median
+//                over its cases of canary_memory_s and of canary_compute_s) is slower than the canary's
+//                lower quartile over all runs (the quiet machine's) by more than kCanaryShift in either
+//                part, and at least half of the run's cases moved with it: their metric is slower than
+//                the case's own median over the runs by more than kCaseShift. A common-mode shift is the
+//                machine's, not a change: its points stay in `points` (marked spoiled) but not in the
+//                series the change points are searched in. Runs without a canary are never spoiled.
+//   a shared step  a machine that slows and stays slow (a neighbour that arrives and stays) spoils no
+//                single run against the others, yet moves every case at one run. A slowdown change of a
+//                case is the machine's when, over the same runs before and after it, the canary slowed by
+//                at least kCanaryStep and at least half as much as the case (in time), and at least half
+//                of the cases slowed by at least half the canary's step with it. It is then no
+//                regression, and no verdict either (a code change landing with it could hide in it).
+#include <vector>
+
+#include "reports/history_check.hpp"
+
+namespace cpbench {
+
+// A shared step (above): the least slowdown of the canary's segment medians, in time. Segment medians of
+// a quiet canary (3-5 % run-to-run on the 2-core VM) move by about 2 %.
+inline constexpr double kCanaryStep = 0.10;
+
+// Fills h.canary (per run, oldest first; empty when no run has a canary), marks the spoiled runs' points
+// in every case of h (SeriesPoint::spoiled) and sets h.newest_spoiled. h.cases hold their points.
+void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h);
+
+// After every case is judged: marks each slowdown change that is a shared step (SeriesChange::machine,
+// canary_step, cases, moved) and clears the regression of a case whose newest change is one.
+void mark_shared_steps(HistoryCheck& h);
+
+}  // namespace cpbench
