@@ -102,18 +102,7 @@ std::vector<KindChoice> mla_kind(const Plan& plan) {
     best.step_s = std::numeric_limits<double>::infinity();
     for (const auto& c : sub.cases) {
       if (c.cp != W) continue;
-      MlaWireQuery q;
-      q.dims = d;
-      q.heads = r.model.heads;
-      q.cp = W;
-      q.local_tokens = c.local_tokens;
-      q.element_size = dtype_size(r.dtype);
-      // One layer's forward compute of the slowest rank (the sub-plan's compute is every layer's, fwd + bwd).
-      q.attention_fwd_s = c.compute_s / L / (train ? kStepFactor : 1.0);
-      q.bandwidth = W <= r.cluster.gpus_per_node ? r.cluster.intra_bandwidth : r.cluster.inter_bandwidth;
-      q.latency_s = r.cluster.latency_s;
-      q.flops_rate = r.cluster.attention_flops;
-      const MlaWirePrice p = price_mla_wires(*make_transport(c.transport), q);
+      const MlaWirePrice p = price_mla_wires(*make_transport(c.transport), mla_wire_query(r, c, layers));
       for (const MlaWire wire : {MlaWire::expanded, MlaWire::latent}) {
         const CallTime& t = wire == MlaWire::latent ? p.latent : p.expanded;
         const double step = L * (train ? t.step_s : t.forward_s);
@@ -129,6 +118,22 @@ std::vector<KindChoice> mla_kind(const Plan& plan) {
 }
 
 }  // namespace
+
+MlaWireQuery mla_wire_query(const PlanRequest& r, const PlanCase& c, int64_t layers) {
+  MlaWireQuery q;
+  q.dims = r.model.attention.mla;
+  q.heads = r.model.heads;
+  q.cp = c.cp;
+  q.local_tokens = c.local_tokens;
+  q.element_size = dtype_size(r.dtype);
+  // One layer's forward compute of the slowest rank (the sub-plan's compute is every layer's, fwd + bwd).
+  q.attention_fwd_s = c.compute_s / static_cast<double>(layers) / (r.pass == Pass::train ? kStepFactor : 1.0);
+  q.bandwidth = c.cp <= r.cluster.gpus_per_node ? r.cluster.intra_bandwidth : r.cluster.inter_bandwidth;
+  q.latency_s = r.cluster.latency_s;
+  q.flops_rate = r.cluster.attention_flops;
+  q.contention = r.kernel == Kernel::fitted ? r.cluster.kernel.contention : 0.0;  // as make_case's
+  return q;
+}
 
 std::vector<KindChoice> plan_layer_kinds(const Plan& plan) {
   const ModelShape& m = plan.request.model;

@@ -18,9 +18,15 @@
 // cases above, unchanged).
 #include <vector>
 
+#include "harness/planner/mla_wire_price.hpp"
 #include "harness/planner/plan_types.hpp"
 
 namespace cpbench::plan {
+
+// The wire price's inputs for one case `c` of the MLA kind's sub-plan (`layers` MLA layers) under request
+// `r`: the case's compute per layer, the link its W uses, and the cluster's contention with --kernel fitted
+// (0 otherwise), the same inputs the case's own time formula got (cost_model.cpp make_case).
+[[nodiscard]] MlaWireQuery mla_wire_query(const PlanRequest& r, const PlanCase& c, int64_t layers);
 
 // The kinds of `plan`'s model (plan.request as make_plan resolved it), best case per kind and W.
 [[nodiscard]] std::vector<KindChoice> plan_layer_kinds(const Plan& plan);

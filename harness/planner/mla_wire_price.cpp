@@ -11,6 +11,7 @@ MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) 
   CP_CHECK(q.bandwidth > 0 && q.flops_rate > 0 && q.heads > 0 && q.local_tokens > 0 && q.cp >= 1,
            "price_mla_wires: bandwidth ", q.bandwidth, ", flops rate ", q.flops_rate, ", heads ", q.heads,
            ", local tokens ", q.local_tokens, ", cp ", q.cp, " must be positive");
+  CP_CHECK(q.contention >= 0, "price_mla_wires: contention ", q.contention, " must be >= 0");
   MlaWirePrice p;
   const auto time_of = [&](MlaWire wire, double extra_fwd_s, double extra_bwd_s, int64_t& bytes) {
     CallShape call{q.cp, q.batch, q.heads, q.heads, q.local_tokens, q.dims.qk_head_dim(), q.element_size};
@@ -32,6 +33,7 @@ MlaWirePrice price_mla_wires(const Transport& transport, const MlaWireQuery& q) 
     in.bwd_bytes = static_cast<double>(bytes - fwd);
     in.bandwidth = q.bandwidth;
     in.latency_s = q.latency_s;
+    in.contention = q.contention;  // the same ring/allgather formula as the plan's cases, not one without it
     in.call = call;
     return transport.time_per_call(in);
   };

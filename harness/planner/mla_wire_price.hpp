@@ -12,7 +12,8 @@
 // So the latent wire adds (4K - 3) S u FLOPs per call (K = W on allgather and ring; 0 when K = 1), at the
 // cluster's rate, on the compute path (forward: K - 1 blocks more). Both wires' up-projection is given to
 // the transport's time formula as compute (forward in c_fwd, backward in c_bwd), so it overlaps transfers
-// exactly as attention's own per-block compute does (the ring hides a hop behind a step's compute). The
+// exactly as attention's own per-block compute does (the ring hides a hop behind a step's compute), and
+// a hidden hop still costs MlaWireQuery::contention x its transfer, as in every planned case. The
 // latent wire sends kv_token_elements r + dr instead of H (dn + dr + dv) values per token. The latent wins
 // when the step time it gives (compute + the exposed part of its smaller
 // transfers) is below the expanded wire's.
@@ -31,6 +32,10 @@ struct MlaWireQuery {
   double bandwidth = 0;        // B/s per GPU and direction of the link the transport uses (> 0)
   double latency_s = 0;
   double flops_rate = 0;       // FLOP/s the up-projection runs at (> 0)
+  // s of compute lost per s of link transfer that overlaps compute (CallCostInputs::contention): the
+  // cluster's kernel-model constant with --kernel fitted, as the plan's own cases get it (cost_model.cpp
+  // make_case), else 0. A ring hop hidden behind a block's compute still costs contention x its transfer.
+  double contention = 0;
 };
 
 struct MlaWirePrice {

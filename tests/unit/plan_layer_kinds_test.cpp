@@ -85,6 +85,47 @@ TEST(PlanLayerKinds, DeepSeekV3MlaLayersTakeTheLatentWireAcrossNodes) {
   EXPECT_EQ(across.bytes_per_rank, 61 * make_transport(across.transport)->bytes_per_call(call));
 }
 
+// The MLA kind's wire price uses the same ring formula as the plan's own cases (mla_wire_query: the case's
+// compute, its link, the cluster's contention w = 0.59 with --kernel fitted). DeepSeek-V3's expanded wire
+// sends H (dn + dr + dv) = 40960 values per token, exactly plain attention's 2 Hkv d at 128 kv heads of
+// d = 160: the sub-plan's ring case at that shape. At 32K over cp 4 on NVLink its hops hide behind the
+// compute (x_f = 8192 * 40960 * 2 B / 400 GB/s = 1.678 ms per hop against ~7 ms of forward per step; the
+// backward hop carries K/V and fp32 dK/dV, x_b = 3 x_f), so both prices are compute + 3 hops * w * (x_f +
+// x_b) = 3 * 0.59 * 4 * 1.678 ms = 11.88 ms per call; the expanded wire adds only its own up-projection,
+// 3 S u / F = 1.374 ms (fwd u, bwd 2u per token, u = 2 r H (dn + dv)). Without w in the price (the bug
+// this guards) the expanded wire was those 11.88 ms per call cheaper than the same ring's case.
+TEST(PlanLayerKinds, MlaExpandedWireOnTheRingCostsTheSameRingCasePlusItsUpProjection) {
+  plan::PlanRequest r = request("deepseek-v3", 32768, {4}, "h100-nvlink");
+  r.sharders = {"load_balanced"};
+  r.transports = {"ring"};
+  const plan::Plan full = plan::make_plan(r);
+  plan::PlanRequest k = full.request;  // the MLA layers alone as plain attention at d = (192 + 128) / 2
+  plan::ModelShape m;
+  m.name = "deepseek-v3 mla as plain";
+  m.layers = 61;
+  m.hidden = k.model.hidden;
+  m.heads = m.kv_heads = 128;
+  m.head_dim = 160;
+  k.model = m;
+  const plan::Plan sub = plan::make_plan(k);
+  ASSERT_EQ(sub.cases.size(), 1u);
+  const plan::PlanCase& c = sub.cases[0];
+  const plan::MlaWireQuery q = plan::mla_wire_query(full.request, c, 61);
+  EXPECT_DOUBLE_EQ(q.contention, 0.59);
+  const plan::MlaWirePrice p = plan::price_mla_wires(*make_transport("ring"), q);
+  EXPECT_EQ(p.bytes_expanded, c.bytes_per_rank / 61);
+  const double S = 8192, up = 3 * S * 2.0 * 512 * 128 * 256 / 600e12;  // 3 S u / F = 1.374 ms
+  EXPECT_NEAR(p.expanded.step_s - up, c.predicted_step_s / 61, 1e-9);
+  EXPECT_NEAR(p.expanded.exposed_s, c.exposed_comm_s / 61, 1e-9);
+  EXPECT_NEAR(p.expanded.exposed_s, 3 * 0.59 * 4 * 8192 * 40960 * 2 / 400e9, 1e-9);  // 3 hops, w (x_f + x_b)
+  std::printf("ring case %.4g ms/layer (exposed %.4g); expanded wire %.4g ms (exposed %.4g), latent %.4g ms\n",
+              1e3 * c.predicted_step_s / 61, 1e3 * c.exposed_comm_s / 61, 1e3 * p.expanded.step_s,
+              1e3 * p.expanded.exposed_s, 1e3 * p.latent.step_s);
+  plan::PlanRequest pairs = full.request;  // --kernel pairs: no contention, as its cases
+  pairs.kernel = plan::Kernel::pairs;
+  EXPECT_EQ(plan::mla_wire_query(pairs, c, 61).contention, 0.0);
+}
+
 TEST(PlanLayerKinds, ModelsOfOnePlainKindKeepTheirPlan) {
   for (const char* name : {"llama3-8b", "kimi-linear-48b-a3b", "qwen2.5-7b"}) {
     const plan::Plan p = plan::make_plan(request(name, 16384, {8}, "h100-nvlink"));
