@@ -2,7 +2,9 @@
 // What every linear mixer's layer holds and draws the same way: its config, its recurrent part's
 // parameters (the mixer's Params, which its linear_forward reads), the pre-norm [hidden] and the two
 // projections, in_proj [in_width, hidden] ~ N(0, 1/sqrt(hidden)) and out_proj [hidden, config.out_width()]
-// ~ N(0, 1/sqrt(out_width)). A layer adds its own weights and writes forward().
+// ~ N(0, 1/sqrt(out_width)), and the forward they share (LinearLayer): a mixer whose own weights all sit in
+// its Params describes its layer as a LinearLayerDef (Mamba-2, GDN); one with weights beyond them writes its
+// layer class on LinearWeights (KDA).
 //
 // Drawn in this order: norm, in_proj, the mixer's own weights (`own`), out_proj. The draws are sequential,
 // so this order and the names are what a layer's values depend on: the reference rank and every CP rank
