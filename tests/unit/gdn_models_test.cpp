@@ -142,14 +142,14 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   // head_parallel: 1 value head per rank (16 v + 1 b + 1 a), key heads 2 < W 4: one key head per rank
   // (8 q + 8 k): 34 channels in, 16 back, 16 tokens per rank, 3 peers, 2 rows, 8 bytes.
   EXPECT_EQ(s.head_parallel_channels(), 34);
-  const GdnCpBytes hp = gdn_cp_bytes(GdnCpStrategy::head_parallel, s);
+  const LinearCpBytes hp = linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::head_parallel, s);
   linear_test::expect_each_way(hp, 3 * 2 * 16 * (34 + 16) * 8, 2);
   // state_passing: per chunk and row 4 value heads x 8 x (8 + 16) pair numbers, 3 x 96 halo inputs.
   EXPECT_EQ(s.conv_channels(), 96);
-  const GdnCpBytes sp = gdn_cp_bytes(GdnCpStrategy::state_passing, s);
+  const LinearCpBytes sp = linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, s);
   linear_test::expect_each_way(sp, 3 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8), 2);
-  EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::head_parallel, s), 2 * 64 * 50 * 8);
-  EXPECT_EQ(gdn_cp_extra_memory_bytes(GdnCpStrategy::state_passing, s),
+  EXPECT_EQ(linear_cp_extra_memory_bytes(gdn_cp_terms, GdnCpStrategy::head_parallel, s), 2 * 64 * 50 * 8);
+  EXPECT_EQ(linear_cp_extra_memory_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, s),
             4 * (2 * 2 * 4 * 8 * 24 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 8 * 16 * 8)
       << "the pairs and halos of every rank and one incoming state per own chunk (no readout columns)";
 
@@ -157,13 +157,16 @@ TEST(GdnModels, CpBytesAndMemoryMatchHandWorkedNumbers) {
   GdnCpShape a = s, b = s;
   a.seq_len = 2048;
   b.seq_len = 8192;
-  EXPECT_EQ(gdn_cp_bytes(GdnCpStrategy::state_passing, a).total(), gdn_cp_bytes(GdnCpStrategy::state_passing, b).total());
-  EXPECT_EQ(gdn_cp_bytes(GdnCpStrategy::head_parallel, b).total(), 4 * gdn_cp_bytes(GdnCpStrategy::head_parallel, a).total());
+  EXPECT_EQ(linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, a).total(),
+            linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, b).total());
+  EXPECT_EQ(linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::head_parallel, b).total(),
+            4 * linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::head_parallel, a).total());
   GdnCpShape bf16 = s;
   bf16.elem_bytes = 2;
   bf16.state_elem_bytes = 4;
-  EXPECT_EQ(gdn_cp_bytes(GdnCpStrategy::state_passing, bf16).forward, 3 * (2 * 2 * 4 * 8 * 24 * 4 + 2 * 2 * 3 * 96 * 2));
-  linear_test::expect_shared_byte_rules(s, gdn_cp_bytes, GdnCpStrategy::head_parallel);
+  EXPECT_EQ(linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, bf16).forward,
+            3 * (2 * 2 * 4 * 8 * 24 * 4 + 2 * 2 * 3 * 96 * 2));
+  linear_test::expect_shared_byte_rules(s, gdn_cp_terms, GdnCpStrategy::head_parallel);
   linear_test::expect_names_round_trip(known_cp_strategies<GdnCpStrategy>(), parse_cp_strategy<GdnCpStrategy>, "hidden_parallel");
 }
 

@@ -80,8 +80,9 @@ TEST(KdaCp, BytesFollowTheFormulasAndHeadsThatDoNotSplitAreRefused) {
   // channels and returns 16: (W-1) * 32 tokens * 82 * 2 bytes each way.
   const GdnCpShape s = kda_cp_shape(KdaConfig{4, 8, 8, 4, 8, 8}, linear_cp_shape(1, 64, 2, 4, 2));
   EXPECT_EQ(kda_head_parallel_channels(s), 66);
-  EXPECT_EQ(kda_cp_bytes(GdnCpStrategy::head_parallel, s).forward, 32 * 82 * 2);
-  EXPECT_EQ(kda_cp_bytes(GdnCpStrategy::state_passing, s).total(), gdn_cp_bytes(GdnCpStrategy::state_passing, s).total());
+  EXPECT_EQ(linear_cp_bytes(kda_cp_terms, GdnCpStrategy::head_parallel, s).forward, 32 * 82 * 2);
+  EXPECT_EQ(linear_cp_bytes(kda_cp_terms, GdnCpStrategy::state_passing, s).total(),
+            linear_cp_bytes(gdn_cp_terms, GdnCpStrategy::state_passing, s).total());
   EXPECT_EQ(KdaConfig{}.cp_unsupported_reason(4), "");
   const std::string why = KdaConfig{6, 8, 8, 4, 8, 8}.cp_unsupported_reason(4);
   EXPECT_NE(why.find("model.kda.heads 6 is not divisible by cp 4"), std::string::npos) << why;

@@ -1,7 +1,7 @@
 #pragma once
-// The rules every linear mixer's byte formulas share (mamba_cp_costs.hpp, gdn_cp_costs.hpp), checked once
-// for each mixer's shape by its own cost test (ssm_cp_test.cpp, gdn_models_test.cpp) beside the numbers
-// worked by hand there.
+// The rules every linear mixer's byte formulas share (linear_cp_bytes of mamba_cp_costs.hpp's and
+// gdn_cp_costs.hpp's terms), checked once for each mixer's shape by its own cost test (ssm_cp_test.cpp,
+// gdn_models_test.cpp) beside the numbers worked by hand there.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -25,8 +25,8 @@ inline void expect_each_way(const LinearCpBytes& b, int64_t bytes, int64_t calls
 // collective a direction, one rank sends nothing under either strategy, and at cp 3 the channel-parallel
 // strategy refuses the heads while state passing runs.
 template <class Shape, class Strategy>
-void expect_shared_byte_rules(const Shape& s, LinearCpBytes (*bytes)(Strategy, const Shape&),
-                              Strategy channel_parallel) {
+void expect_shared_byte_rules(const Shape& s, LinearCpTermsFn<Strategy, Shape> terms, Strategy channel_parallel) {
+  const auto bytes = [terms](Strategy strategy, const Shape& shape) { return linear_cp_bytes(terms, strategy, shape); };
   Shape k1 = s;
   k1.conv = 1;
   EXPECT_EQ(bytes(Strategy::state_passing, k1).calls_forward, 1) << "no halo, no halo call";

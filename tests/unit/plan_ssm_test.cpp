@@ -46,7 +46,8 @@ TEST(PlanSsm, HybridCasesArePricedByEachStrategysOwnFormulas) {
     }
     const auto strategy = *parse_cp_strategy<SsmCpStrategy>(c.ssm.strategy);
     const SsmCpShape shape = expected_ssm_shape(m, c, 131072);
-    EXPECT_EQ(c.ssm.bytes_per_rank, 24 * ssm_cp_bytes(strategy, shape).total()) << c.sharder << " " << c.ssm.strategy;
+    EXPECT_EQ(c.ssm.bytes_per_rank, 24 * linear_cp_bytes(ssm_cp_terms, strategy, shape).total())
+        << c.sharder << " " << c.ssm.strategy;
     // The attention part: its 4 layers only, by the transport's own formula.
     EXPECT_EQ(c.bytes_per_rank,
               4 * case_transport(c)->bytes_per_call(CallShape{c.cp, 1, 32, 8, c.local_tokens, 128, 2}));

@@ -47,29 +47,30 @@ TEST(SsmCpCosts, BytesAndMemoryMatchHandWorkedNumbers) {
   // hidden_parallel: 1 head per rank (16 x channels + 1 dt), groups 2 < W 4: one group of B and C per
   // rank (2 x 8): 33 channels in, 16 back, 16 tokens per rank, 3 peers, 2 rows, 8 bytes.
   EXPECT_EQ(s.hidden_parallel_channels(), 33);
-  const SsmCpBytes hp = ssm_cp_bytes(SsmCpStrategy::hidden_parallel, s);
+  const LinearCpBytes hp = linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::hidden_parallel, s);
   linear_test::expect_each_way(hp, 3 * 2 * 16 * (33 + 16) * 8, 2);
   // state_passing: per chunk and row 4 heads x (16 x 8 + 1) summary numbers and 3 x 96 halo inputs.
-  const SsmCpBytes sp = ssm_cp_bytes(SsmCpStrategy::state_passing, s);
+  const LinearCpBytes sp = linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::state_passing, s);
   EXPECT_EQ(s.conv_channels(), 96);
   linear_test::expect_each_way(sp, 3 * (2 * 2 * 4 * 129 * 8 + 2 * 2 * 3 * 96 * 8), 2);
-  EXPECT_EQ(ssm_cp_extra_memory_bytes(SsmCpStrategy::hidden_parallel, s), 2 * 64 * 49 * 8);
-  EXPECT_EQ(ssm_cp_extra_memory_bytes(SsmCpStrategy::state_passing, s),
+  EXPECT_EQ(linear_cp_extra_memory_bytes(ssm_cp_terms, SsmCpStrategy::hidden_parallel, s), 2 * 64 * 49 * 8);
+  EXPECT_EQ(linear_cp_extra_memory_bytes(ssm_cp_terms, SsmCpStrategy::state_passing, s),
             4 * (2 * 2 * 4 * 129 * 8 + 2 * 2 * 3 * 96 * 8) + 2 * 2 * 4 * 16 * 8 * 8);
 
   // S x 4: hidden-parallel's bytes x 4, state passing's unchanged. bfloat16 activations, float32 state.
   SsmCpShape longer = s;
   longer.seq_len *= 4;
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::hidden_parallel, longer).total(), 4 * hp.total());
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::state_passing, longer).total(), sp.total());
+  EXPECT_EQ(linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::hidden_parallel, longer).total(), 4 * hp.total());
+  EXPECT_EQ(linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::state_passing, longer).total(), sp.total());
   SsmCpShape bf16 = s;
   bf16.elem_bytes = 2;
   bf16.state_elem_bytes = 4;
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::state_passing, bf16).forward, 3 * (2 * 2 * 4 * 129 * 4 + 2 * 2 * 3 * 96 * 2));
+  EXPECT_EQ(linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::state_passing, bf16).forward,
+            3 * (2 * 2 * 4 * 129 * 4 + 2 * 2 * 3 * 96 * 2));
   SsmCpShape k1 = s;
   k1.conv = 1;
-  EXPECT_EQ(ssm_cp_bytes(SsmCpStrategy::state_passing, k1).forward, 3 * 2 * 2 * 4 * 129 * 8);
-  linear_test::expect_shared_byte_rules(s, ssm_cp_bytes, SsmCpStrategy::hidden_parallel);
+  EXPECT_EQ(linear_cp_bytes(ssm_cp_terms, SsmCpStrategy::state_passing, k1).forward, 3 * 2 * 2 * 4 * 129 * 8);
+  linear_test::expect_shared_byte_rules(s, ssm_cp_terms, SsmCpStrategy::hidden_parallel);
 }
 
 TEST(SsmCpCosts, StrategyNamesRoundTrip) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/mixers/config_check.hpp"
+#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/linear/state_passing.hpp"
 #include "sharders/core/check.hpp"
 
@@ -114,6 +115,28 @@ at::Tensor channel_parallel_forward(const at::Tensor& proj, const GdnParams& par
                            .o.reshape({mine.size(0), mine.size(1), hv * dv})
                            .to(st);
   return channel_parallel_return(o, ctx, "gdn_a2a");  // [R, S_local, Hv*dv]
+}
+
+// One Gated DeltaNet layer (LinearLayer, linear_layer.hpp): x [R, S_local, hidden] -> in_proj
+// [q | k | v | z | b | a] -> the delta rule under the step's strategy -> the gated RMSNorm with z -> out_proj.
+// Its own weights, drawn after in_proj: conv_w, a per-head decay (dt_bias, A_log [Hv]), norm_w.
+constexpr LinearLayerDef<GdnStepContext, GdnConfig, GdnParams> kGdnLayer{
+    {"gdn_norm", "gdn_in_proj", "gdn_out_proj"},
+    [](GdnParams& p, const GdnConfig& c, const LayerInit& in) {
+      draw_conv(p, in, "gdn_", c);
+      draw_decay(p, in, "gdn_", c.value_heads, c.value_heads);
+      p.norm_w = in.around("gdn_norm_w", c.value_head_dim, 1.0, 0.1);
+    },
+    [](const at::Tensor& proj, const GdnConfig& c) { return proj.narrow(-1, c.conv_channels(), c.value_dim()); },
+    [](const at::Tensor& o, const at::Tensor& z, const GdnParams& p, const GdnConfig& c) {
+      return gdn_gated_norm(o, z, p.norm_w, c);
+    }};
+
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer: constant data.
+constexpr LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> kGdnParts{
+    &MixerConfigs::gdn, make_linear_layer<LinearLayer<kGdnLayer>>, gdn_spec, gdn_cp_shape, gdn_cp_terms};
+const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
+  return kGdnParts;
 }
 
 }  // namespace cpbench

@@ -47,7 +47,7 @@ struct GdnParams {
 
 // What the GDN layers need this step (linear_step.hpp has the shared part, whose `heads` are this rank's
 // value heads; the options of cp_linear_context carry the strategy and the state-dropped control), the
-// mixer's parts (gdn_mixer.cpp), and its channel split under head_parallel with its refusal.
+// mixer's parts (gdn.cpp, beside its layer), and its channel split under head_parallel with its refusal.
 using GdnStepContext = LinearStepContextOf<GdnCpStrategy, GdnCpShape, 'G'>;
 [[nodiscard]] const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&);
 [[nodiscard]] LinearLayerSpec gdn_spec(const GdnConfig& config);

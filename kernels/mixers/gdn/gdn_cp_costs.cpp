@@ -50,14 +50,6 @@ LinearCpTerms gdn_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s) {
           .conv_channels = s.conv_channels(), .incoming_state_block = rows_dk * s.value_head_dim};
 }
 
-GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  return linear_cp_bytes(s, gdn_cp_terms(strategy, s));
-}
-
-int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  return linear_cp_extra_memory_bytes(s, gdn_cp_terms(strategy, s));
-}
-
 double delta_rule_cp_flops(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk, bool channel_gate) {
   check_gdn_shape(s);
   const int64_t W = s.cp, S = s.seq_len, local = S / W, dk = s.key_head_dim, dv = s.value_head_dim;

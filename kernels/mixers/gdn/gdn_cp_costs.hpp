@@ -15,9 +15,7 @@ namespace cpbench {
 
 enum class GdnCpStrategy { head_parallel, state_passing };
 // The `gdn_cp` axis's spellings, the default first (to_string, parse_cp_strategy, known_cp_strategies).
-constexpr StrategyNames<GdnCpStrategy, 2> strategy_table(GdnCpStrategy) {
-  return {{{GdnCpStrategy::head_parallel, "head_parallel"}, {GdnCpStrategy::state_passing, "state_passing"}}};
-}
+constexpr auto strategy_table(GdnCpStrategy) { return linear_strategy_names<GdnCpStrategy>("head_parallel"); }
 
 // One GDN layer under CP. Units: tokens, channels, bytes.
 struct GdnCpShape : LinearCpShape {
@@ -39,18 +37,14 @@ struct GdnCpShape : LinearCpShape {
 // A layer of `config` on the shared sizes.
 [[nodiscard]] GdnCpShape gdn_cp_shape(const GdnConfig& config, const LinearCpShape& shared);
 
-using GdnCpBytes = LinearCpBytes;
-
-// The strategy's terms for linear_cp_bytes / linear_cp_extra_memory_bytes (linear_costs.hpp):
+// The strategy's terms; linear_cp_bytes / linear_cp_extra_memory_bytes of them (linear_costs.hpp) are the bytes
+// one rank sends per layer and CP's extra bytes it holds for the backward:
 //   head_parallel  channels_in = head_parallel_channels(), channels_out = Hv/W * dv: bytes grow with S
 //   state_passing  summary_block = chunks_per_rank * R * Hv * dk * (dk + dv) * state_elem_bytes (each chunk's
 //                  transition and contribution), the halo of conv_channels(), incoming_state_block =
 //                  chunks_per_rank * R * Hv * dk * dv * state_elem_bytes: no S in the bytes (the chunks'
 //                  factors are the single-rank form's, which the layer's memory term counts)
 [[nodiscard]] LinearCpTerms gdn_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s);
-// Bytes one rank sends per layer, and CP's extra bytes it holds for the backward, under `strategy`.
-[[nodiscard]] GdnCpBytes gdn_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
-[[nodiscard]] int64_t gdn_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
 
 // THE delta rule's forward FLOPs on one rank per layer and row (the GDN and KDA registry entries'
 // layer_cost returns it; the planner, admission and the case metrics read it from there). Q = `chunk`,
@@ -86,13 +80,13 @@ using GdnCpBytes = LinearCpBytes;
 // out, the received [W, s, channels] -> [s, W x channels]. What one all-to-all exchanges per rank (its own part
 // included) is W / (W-1) x what it sends, so copies = 2 * forward_bytes * W / (W-1). state_passing: 0 (its
 // all-gather lands rank-major, the order the composition reads). `forward_bytes`: the strategy's forward
-// all-to-all bytes (gdn_cp_bytes, or KDA's).
+// all-to-all bytes (linear_cp_bytes of gdn_cp_terms, or of KDA's).
 [[nodiscard]] double head_parallel_copy_bytes(int64_t forward_bytes, int64_t cp);
 
 // A delta-rule layer's core traffic (LinearCoreTraffic) under `strategy`: delta_rule_cp_hbm_bytes; under
-// head_parallel its copies (head_parallel_copy_bytes of `bytes`, the strategy's bytes: gdn_cp_bytes or
-// kda_cp_bytes) and all of `bytes`; under state_passing no copies and the pairs' all-gather alone (the terms'
-// summary block without the conv halo).
+// head_parallel its copies (head_parallel_copy_bytes of `bytes`, the strategy's bytes: linear_cp_bytes of
+// gdn_cp_terms or kda_cp_terms) and all of `bytes`; under state_passing no copies and the pairs' all-gather alone (the
+// terms' summary block without the conv halo).
 [[nodiscard]] LinearCoreTraffic delta_rule_core_traffic(GdnCpStrategy strategy, const GdnCpShape& s, int64_t chunk,
                                                         bool channel_gate, const LinearCpBytes& bytes);
 

@@ -5,52 +5,16 @@
 // chunk, hidden d, e the element size (docs/planner.md, "Gated DeltaNet layers"):
 //   delta rule FLOPs (fwd)  delta_rule_cp_flops (gdn_cp_costs.hpp)
 //   dense FLOPs (fwd)       2 s d in_proj_width + 2 s Hv dv d (out_proj) + 2 K s conv_channels (conv)
-//   bytes                   gdn_cp_bytes (gdn_cp_costs.hpp)
+//   bytes                   linear_cp_bytes of gdn_cp_terms (gdn_cp_costs.hpp)
 //   memory                  proj, conv output and o in e, the chunked form's 3 fp32 [tokens, Q] matrices per
-//                           value head, one fp32 state per chunk, + gdn_cp_extra_memory_bytes
+//                           value head, one fp32 state per chunk, + linear_cp_extra_memory_bytes of gdn_cp_terms
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/mixers/gdn/delta_rule_mixer.hpp"
 #include "kernels/mixers/gdn/gdn.hpp"
-#include "kernels/mixers/linear/linear_layer.hpp"
-#include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
-namespace {
-
-// One Gated DeltaNet layer: x [R, S_local, hidden] -> in_proj [q | k | v | z | b | a] -> the delta rule under
-// the step's strategy -> the gated RMSNorm with z -> out_proj. A per-head decay (dt_bias, A_log [Hv]).
-class GdnLayer final : public MixerLayer {
- public:
-  GdnLayer(const GdnConfig& c, const LayerInit& in)
-      : w_(draw_linear_weights<GdnParams>(c, in, {"gdn_norm", "gdn_in_proj", "gdn_out_proj"}, c.in_proj_width(),
-                                          [&](GdnParams& p) {
-                                            draw_conv(p, in, "gdn_", c);
-                                            draw_decay(p, in, "gdn_", c.value_heads, c.value_heads);
-                                            p.norm_w = in.around("gdn_norm_w", c.value_head_dim, 1.0, 0.1);
-                                          })) {}
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
-    const auto& ctx = step_context<GdnStepContext>(step, 'G', "Gated DeltaNet");
-    const at::Tensor proj = at::linear(rms_norm(x, w_.norm), w_.in_proj);
-    const at::Tensor z = proj.narrow(-1, w_.c.conv_channels(), w_.c.value_dim());
-    const at::Tensor o = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, w_.p, w_.c, ctx); });
-    return at::linear(gdn_gated_norm(o, z, w_.p.norm_w, w_.c), w_.out_proj);
-  }
-
- private:
-  LinearWeights<GdnConfig, GdnParams> w_;
-};
-
-}  // namespace
-
-// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
-const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext>& linear_parts(const GdnConfig&) {
-  static const LinearParts<GdnConfig, GdnCpStrategy, GdnCpShape, GdnStepContext> parts{
-      &MixerConfigs::gdn, make_linear_layer<GdnLayer>, gdn_spec, gdn_cp_shape, gdn_cp_bytes, gdn_cp_extra_memory_bytes};
-  return parts;
-}
-
 namespace {
 
 class GdnMixer final : public DeltaRuleMixerOf<GdnConfig, false> {

@@ -20,12 +20,4 @@ LinearCpTerms kda_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s) {
   return t;
 }
 
-LinearCpBytes kda_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  return linear_cp_bytes(s, kda_cp_terms(strategy, s));
-}
-
-int64_t kda_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s) {
-  return linear_cp_extra_memory_bytes(s, kda_cp_terms(strategy, s));
-}
-
 }  // namespace cpbench

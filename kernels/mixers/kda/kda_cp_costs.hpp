@@ -21,14 +21,10 @@ namespace cpbench {
 [[nodiscard]] GdnCpShape kda_cp_shape(const KdaConfig& config, const LinearCpShape& shared);
 // head_parallel: proj channels one rank receives per token.
 [[nodiscard]] int64_t kda_head_parallel_channels(const GdnCpShape& s);
-// The strategy's terms (above) for linear_cp_bytes / linear_cp_extra_memory_bytes: GDN's, with KDA's
-// head-parallel channels.
+// The strategy's terms (above): GDN's, with KDA's head-parallel channels. linear_cp_bytes of them is the
+// formula above (W = 1 sends nothing); linear_cp_extra_memory_bytes the extra bytes one rank holds per layer
+// for the backward because of CP: head_parallel the whole sequence of its channels and its output,
+// R S (kda_head_parallel_channels + (H/W) dv) elem_bytes; state_passing GDN's.
 [[nodiscard]] LinearCpTerms kda_cp_terms(GdnCpStrategy strategy, const GdnCpShape& s);
-// The strategy's formula (above); W = 1 sends nothing.
-[[nodiscard]] LinearCpBytes kda_cp_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
-// Extra bytes one rank holds per layer for the backward because of CP: head_parallel the whole sequence
-// of its channels and its output, R S (kda_head_parallel_channels + (H/W) dv) elem_bytes; state_passing
-// gdn_cp_extra_memory_bytes.
-[[nodiscard]] int64_t kda_cp_extra_memory_bytes(GdnCpStrategy strategy, const GdnCpShape& s);
 
 }  // namespace cpbench

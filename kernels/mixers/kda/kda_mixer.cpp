@@ -7,7 +7,7 @@
 //   dense FLOPs (fwd)       LinearMixer's with in_proj_width = 2 H dk + H dv + H + 2 r (in_proj and the two
 //                           low-rank down-projections; their up-projections, 2 r (H dk + H dv) per token,
 //                           are left out: r << d)
-//   bytes                   kda_cp_bytes (kda_cp_costs.hpp)
+//   bytes                   linear_cp_bytes of kda_cp_terms (kda_cp_costs.hpp)
 //   memory                  as GDN's, and the secondary chunking's scalings (decayed_products.hpp): per
 //                           halving level (log2 Q of them) 5/2 fp32 [tokens, dk] per head kept for the
 //                           backward (two decays and three scaled operands, each over half the tokens)
@@ -36,7 +36,7 @@ class KdaLayer final : public MixerLayer {
                                             p.norm_w = in.around("kda_norm_w", c.value_head_dim, 1.0, 0.1);
                                           })) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
-    const auto& ctx = step_context<KdaStepContext>(step, 'K', "Kimi Delta Attention");
+    const auto& ctx = step_context<KdaStepContext>(step);
     const at::Tensor h = rms_norm(x, w_.norm);
     const at::Tensor proj = at::cat({at::linear(h, w_.in_proj), at::linear(at::linear(h, f_a_), f_b_)}, -1);
     const at::Tensor z = at::linear(at::linear(h, g_a_), g_b_, g_bias_);
@@ -62,13 +62,14 @@ class KdaLayer final : public MixerLayer {
   LinearWeights<KdaConfig, KdaParams> w_;
 };
 
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer: constant data.
+constexpr LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> kKdaParts{
+    &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_terms};
+
 }  // namespace
 
-// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
 const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext>& linear_parts(const KdaConfig&) {
-  static const LinearParts<KdaConfig, GdnCpStrategy, GdnCpShape, KdaStepContext> parts{
-      &MixerConfigs::kda, make_linear_layer<KdaLayer>, kda_spec, kda_cp_shape, kda_cp_bytes, kda_cp_extra_memory_bytes};
-  return parts;
+  return kKdaParts;
 }
 
 namespace {

@@ -85,14 +85,41 @@ struct LinearCoreTraffic {
 //                     W * (summary_block + halo) + incoming_state_block
 [[nodiscard]] int64_t linear_cp_extra_memory_bytes(const LinearCpShape& s, const LinearCpTerms& t);
 
+// A mixer's terms (its cost room's *_cp_terms: mamba_cp_costs.hpp, gdn_cp_costs.hpp, kda_cp_costs.hpp), the
+// one thing it supplies for the two functions above; its strategy's bytes and extra memory are always those
+// functions of its terms (LinearParts, the step contexts and the planner call these two).
+template <class Strategy, class Shape>
+using LinearCpTermsFn = LinearCpTerms (*)(Strategy, const Shape&);
+template <class Strategy, class Shape>
+[[nodiscard]] LinearCpBytes linear_cp_bytes(LinearCpTermsFn<Strategy, Shape> terms, Strategy strategy, const Shape& s) {
+  return linear_cp_bytes(s, terms(strategy, s));
+}
+template <class Strategy, class Shape>
+[[nodiscard]] int64_t linear_cp_extra_memory_bytes(LinearCpTermsFn<Strategy, Shape> terms, Strategy strategy,
+                                                   const Shape& s) {
+  return linear_cp_extra_memory_bytes(s, terms(strategy, s));
+}
+
 // A mixer's strategies: beside its enum the mixer defines, found by argument-dependent lookup,
 //
 //   constexpr StrategyNames<MyCpStrategy, 2> strategy_table(MyCpStrategy) { return {{...}}; }
 //
 // each value with its scenario spelling, the channel-parallel default first; the three functions
-// below serve every mixer from it.
+// below serve every mixer from it. A linear mixer's table is linear_strategy_names'.
 template <class E, size_t N>
 using StrategyNames = std::array<std::pair<E, const char*>, N>;
+
+// State passing's spelling on every linear mixer's axis (ssm_cp, gdn_cp, kda_cp).
+inline constexpr const char* kStatePassing = "state_passing";
+
+// A linear mixer's two strategies (the enum { <channel-parallel>, state_passing } that LinearParts, the step
+// contexts and linear_forward read): its first value, the channel-parallel default, spelled
+// `channel_parallel` ("hidden_parallel", "head_parallel"), then state passing.
+template <class E>
+[[nodiscard]] constexpr StrategyNames<E, 2> linear_strategy_names(const char* channel_parallel) {
+  static_assert(E{} != E::state_passing, "a linear mixer's first strategy is its channel-parallel default");
+  return {{{E{}, channel_parallel}, {E::state_passing, kStatePassing}}};
+}
 template <class E>
 concept NamedCpStrategy = std::is_enum_v<E> && requires(E e) { strategy_table(e); };
 

@@ -16,8 +16,6 @@
 
 namespace cpbench {
 
-inline constexpr const char* kStatePassing = "state_passing";
-
 class LinearMixer : public Mixer {
  public:
   using Mixer::Mixer;
@@ -158,11 +156,11 @@ class LinearMixerOf : public LinearMixer {
   }
   [[nodiscard]] LinearCpBytes cp_bytes(const MixerConfigs& c, const std::string& s,
                                        const LayerCostQuery& q) const override {
-    return parts().bytes(strategy(s), shape(config(c), q));
+    return linear_cp_bytes(parts().terms, strategy(s), shape(config(c), q));
   }
   [[nodiscard]] int64_t cp_extra_memory(const MixerConfigs& c, const std::string& s,
                                         const LayerCostQuery& q) const override {
-    return parts().extra_memory(strategy(s), shape(config(c), q));
+    return linear_cp_extra_memory_bytes(parts().terms, strategy(s), shape(config(c), q));
   }
   [[nodiscard]] std::string split_reason(const MixerConfigs& c, int64_t cp) const override {
     return config(c).cp_unsupported_reason(cp);
@@ -189,17 +187,18 @@ template <class Core>
   return ctx.clock ? ctx.clock->leave(core(ctx.clock->enter(proj))) : core(proj);
 }
 
-// The step's context of mixer `letter`, as the mixer's own type; throws naming the layer's mixer when the
-// runner passed none.
+// The step's context of the mixer whose letter the Context type carries (LinearStepContextOf), as that
+// type; throws naming the layer's mixer (its letter and registry description) when the runner passed none.
 template <class Context>
-[[nodiscard]] const Context& step_context(const LayerStep& step, char letter, const char* who) {
+[[nodiscard]] const Context& step_context(const LayerStep& step) {
+  constexpr char letter = Context::kLetter;
   const auto it = step.contexts ? step.contexts->find(letter) : MixerContexts::const_iterator{};
-  CP_CHECK(step.contexts && it != step.contexts->end() && it->second,
-           "model: a layer with mixer ", std::string(1, letter), " (", who,
+  CP_CHECK(step.contexts && it != step.contexts->end() && it->second, "model: a layer with mixer ",
+           std::string(1, letter), " (", mixer_for(letter).description(),
            ") but no context for it was passed to forward");
   const auto* ctx = dynamic_cast<const Context*>(it->second.get());
-  CP_CHECK(ctx != nullptr, "model: the context passed for mixer ", std::string(1, letter), " (", who,
-           ") is another mixer's");
+  CP_CHECK(ctx != nullptr, "model: the context passed for mixer ", std::string(1, letter), " (",
+           mixer_for(letter).description(), ") is another mixer's");
   return *ctx;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // What a linear-recurrence mixer hands the shared machinery, as data: its config's place in MixerConfigs,
-// its layer, its channel split (LinearLayerSpec), its cost shape and formulas. Its strategy names come
+// its layer, its channel split (LinearLayerSpec), its cost shape and terms. Its strategy names come
 // with its Strategy enum (strategy_table, linear_costs.hpp), its layer's widths with its Config
 // (in_proj_width(), out_width(), conv_channels(), conv, chunk). From these, written once here and in
 // linear_mixer.hpp (LinearMixerOf), come its step contexts (the reference rank's and a CP rank's) and the
@@ -37,8 +37,9 @@ struct LinearParts {
   std::unique_ptr<MixerLayer> (*layer)(const Config&, const LayerInit&);
   LinearLayerSpec (*spec)(const Config&);           // conv, chunk, heads and the channel split
   Shape (*shape)(const Config&, const LinearCpShape&);
-  LinearCpBytes (*bytes)(Strategy, const Shape&);   // bytes per layer and rank (checked every step)
-  int64_t (*extra_memory)(Strategy, const Shape&);  // CP's extra bytes per layer and rank
+  // Its strategy's terms: linear_cp_bytes of them is what a layer sends per rank (checked every step),
+  // linear_cp_extra_memory_bytes CP's extra bytes per layer and rank.
+  LinearCpTermsFn<Strategy, Shape> terms;
 };
 
 // The layer factory of LinearParts::layer for a layer type constructed from (config, init).
@@ -104,7 +105,7 @@ template <class Config>
   const auto& parts = linear_parts(config);
   typename LinearPartsOf<Config>::Context ctx;
   fill_single_rank_context(ctx, parts.spec(config), meta, mask, dtype, device);
-  ctx.bytes = parts.bytes;
+  ctx.terms = parts.terms;
   ctx.shape = parts.shape(config, linear_cp_shape(meta.batch(), meta.tokens(), 1, config.conv,
                                                   static_cast<int64_t>(c10::elementSize(dtype))));
   return ctx;
@@ -122,7 +123,7 @@ template <class Config>
   const auto& parts = linear_parts(config);
   typename LinearPartsOf<Config>::Context ctx;
   ctx.strategy = options.strategy;
-  ctx.bytes = parts.bytes;
+  ctx.terms = parts.terms;
   ctx.shape = parts.shape(config, linear_cp_shape(all_meta.batch(), layout.padded_seq_len, comm.size(), config.conv,
                                                   static_cast<int64_t>(c10::elementSize(dtype))));
   const LinearCpRequest request{options.strategy == Strategy::state_passing, options.drop_incoming_state,

@@ -47,14 +47,15 @@ struct LinearStepContext : MixerStepContext {
 };
 
 // One mixer's step context: the shared part, the case's strategy and what one layer sends under it
-// (`shape`, by the mixer's formula `bytes`; the runner checks it every step). `Letter` keeps two mixers
-// with the same strategies and shape (GDN, KDA) apart as types.
+// (`shape`, by linear_cp_bytes of the mixer's `terms`; the runner checks it every step). `Letter` keeps two
+// mixers with the same strategies and shape (GDN, KDA) apart as types.
 template <class Strategy, class Shape, char Letter>
 struct LinearStepContextOf : LinearStepContext {
+  static constexpr char kLetter = Letter;
   Strategy strategy{};  // the enum's first value: the channel-parallel default
   Shape shape;
-  LinearCpBytes (*bytes)(Strategy, const Shape&) = nullptr;
-  [[nodiscard]] int64_t bytes_per_layer() const override { return bytes(strategy, shape).total(); }
+  LinearCpTermsFn<Strategy, Shape> terms = nullptr;
+  [[nodiscard]] int64_t bytes_per_layer() const override { return linear_cp_bytes(terms, strategy, shape).total(); }
   [[nodiscard]] std::string strategy_name() const override { return to_string(strategy); }
 };
 

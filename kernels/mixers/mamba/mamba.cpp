@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/mixers/config_check.hpp"
+#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/linear/state_passing.hpp"
 #include "sharders/core/check.hpp"
 
@@ -87,6 +88,27 @@ at::Tensor channel_parallel_forward(const at::Tensor& proj, const SsmParams& par
                            .reshape({mine.size(0), mine.size(1), d_l})
                            .to(st);
   return channel_parallel_return(y, ctx, "ssm_a2a");  // [R, S_local, d_inner]
+}
+
+// One Mamba-2 layer (LinearLayer, linear_layer.hpp): x [R, S_local, hidden] -> in_proj [x | z | B | C | dt] ->
+// the scan under the step's strategy -> y silu(z) -> out_proj. Its own weights, drawn after in_proj: conv_w,
+// conv_b, dt_bias and A_log [H], D [H].
+constexpr LinearLayerDef<SsmStepContext, SsmConfig, SsmParams> kMambaLayer{
+    {"ssm_norm", "in_proj", "out_proj"},
+    [](SsmParams& p, const SsmConfig& c, const LayerInit& in) {
+      draw_conv(p, in, "", c);
+      p.conv_b = in.normal("conv_b", {c.conv_channels()}, 0.1);
+      draw_decay(p, in, "", c.heads, c.heads);
+      p.D = in.around("D", c.heads, 1.0, 0.1);
+    },
+    [](const at::Tensor& proj, const SsmConfig& c) { return proj.narrow(-1, 0, c.d_inner()); },
+    [](const at::Tensor& y, const at::Tensor& z, const SsmParams&, const SsmConfig&) { return y * at::silu(z); }};
+
+// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer: constant data.
+constexpr LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> kMambaParts{
+    &MixerConfigs::ssm, make_linear_layer<LinearLayer<kMambaLayer>>, mamba_spec, ssm_cp_shape, ssm_cp_terms};
+const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
+  return kMambaParts;
 }
 
 }  // namespace cpbench

@@ -52,7 +52,7 @@ struct SsmParams {
 // What the Mamba layers need this step (linear_step.hpp has the shared part; built by
 // single_rank_linear_context / cp_linear_context, linear_parts.hpp, whose options carry the strategy and
 // the two negative controls: the rank-order scan, the dropped incoming state), and the mixer's parts
-// (mamba_mixer.cpp) with its channel split under hidden_parallel and its refusal (mamba_spec).
+// (mamba.cpp, beside its layer) with its channel split under hidden_parallel and its refusal (mamba_spec).
 using SsmStepContext = LinearStepContextOf<SsmCpStrategy, SsmCpShape, 'M'>;
 [[nodiscard]] const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&);
 [[nodiscard]] LinearLayerSpec mamba_spec(const SsmConfig& config);

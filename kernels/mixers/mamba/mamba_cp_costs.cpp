@@ -40,12 +40,4 @@ LinearCpTerms ssm_cp_terms(SsmCpStrategy strategy, const SsmCpShape& s) {
           .conv_channels = s.conv_channels(), .incoming_state_block = states * s.head_dim * s.state};
 }
 
-SsmCpBytes ssm_cp_bytes(SsmCpStrategy strategy, const SsmCpShape& s) {
-  return linear_cp_bytes(s, ssm_cp_terms(strategy, s));
-}
-
-int64_t ssm_cp_extra_memory_bytes(SsmCpStrategy strategy, const SsmCpShape& s) {
-  return linear_cp_extra_memory_bytes(s, ssm_cp_terms(strategy, s));
-}
-
 }  // namespace cpbench

@@ -13,9 +13,7 @@ namespace cpbench {
 
 enum class SsmCpStrategy { hidden_parallel, state_passing };
 // The `ssm_cp` axis's spellings, the default first (to_string, parse_cp_strategy, known_cp_strategies).
-constexpr StrategyNames<SsmCpStrategy, 2> strategy_table(SsmCpStrategy) {
-  return {{{SsmCpStrategy::hidden_parallel, "hidden_parallel"}, {SsmCpStrategy::state_passing, "state_passing"}}};
-}
+constexpr auto strategy_table(SsmCpStrategy) { return linear_strategy_names<SsmCpStrategy>("hidden_parallel"); }
 
 // One Mamba layer under CP. Units: tokens, channels, bytes.
 struct SsmCpShape : LinearCpShape {
@@ -34,9 +32,8 @@ struct SsmCpShape : LinearCpShape {
 // A layer of `config` on the shared sizes.
 [[nodiscard]] SsmCpShape ssm_cp_shape(const SsmConfig& config, const LinearCpShape& shared);
 
-using SsmCpBytes = LinearCpBytes;
-
-// The strategy's terms for linear_cp_bytes / linear_cp_extra_memory_bytes (linear_costs.hpp):
+// The strategy's terms; linear_cp_bytes / linear_cp_extra_memory_bytes of them (linear_costs.hpp) are the bytes
+// one rank sends per layer and CP's extra bytes it holds for the backward:
 //   hidden_parallel  channels_in = hidden_parallel_channels(), channels_out = H/W * P (the first all-to-all
 //                    carries [R, S/W, W * channels], the second [R, S, H/W * P]): bytes grow with S
 //   state_passing    summary_block = chunks_per_rank * R * H * (P*N + 1) * state_elem_bytes (final state + decay
@@ -44,8 +41,5 @@ using SsmCpBytes = LinearCpBytes;
 //                    * state_elem_bytes: no S in the bytes
 // (the scan's own intermediates are the same in both: S x H/W token-heads either way).
 [[nodiscard]] LinearCpTerms ssm_cp_terms(SsmCpStrategy strategy, const SsmCpShape& s);
-// Bytes one rank sends per layer, and CP's extra bytes it holds for the backward, under `strategy`.
-[[nodiscard]] SsmCpBytes ssm_cp_bytes(SsmCpStrategy strategy, const SsmCpShape& s);
-[[nodiscard]] int64_t ssm_cp_extra_memory_bytes(SsmCpStrategy strategy, const SsmCpShape& s);
 
 }  // namespace cpbench

@@ -7,54 +7,16 @@
 //                      state_passing:   ssm_scan_flops(s, Q, Ph, N) * s * H + 2 Ph N * s * H (each token's
 //                                       C times the state arriving at its chunk, the correction)
 //   dense FLOPs (fwd)  2 s d (2 H Ph + 2 G N + H) (in_proj) + 2 s H Ph d (out_proj) + 2 K s (H Ph + 2 G N) (conv)
-//   bytes              ssm_cp_bytes (mamba_cp_costs.hpp)
+//   bytes              linear_cp_bytes of ssm_cp_terms (mamba_cp_costs.hpp)
 //   memory             proj, conv output and y in e: R s (2 H Ph + 2 G N + H + H Ph + 2 G N + H Ph) e, one fp32
-//                      state per chunk: R s/Q H Ph N 4, + ssm_cp_extra_memory_bytes
+//                      state per chunk: R s/Q H Ph N 4, + linear_cp_extra_memory_bytes of ssm_cp_terms
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/mixers/linear/linear_layer.hpp"
 #include "kernels/mixers/linear/linear_mixer.hpp"
 #include "kernels/mixers/mamba/mamba.hpp"
-#include "kernels/mixers/norm.hpp"
 
 namespace cpbench {
-namespace {
-
-// One Mamba-2 layer: x [R, S_local, hidden] -> in_proj [x | z | B | C | dt] -> the scan under the step's
-// strategy -> y silu(z) -> out_proj. Its weights: linear_layer.hpp, then conv_b and D.
-class MambaLayer final : public MixerLayer {
- public:
-  MambaLayer(const SsmConfig& c, const LayerInit& in)
-      : w_(draw_linear_weights<SsmParams>(c, in, {"ssm_norm", "in_proj", "out_proj"}, c.in_proj_width(),
-                                          [&](SsmParams& p) {
-                                            draw_conv(p, in, "", c);
-                                            p.conv_b = in.normal("conv_b", {c.conv_channels()}, 0.1);
-                                            draw_decay(p, in, "", c.heads, c.heads);
-                                            p.D = in.around("D", c.heads, 1.0, 0.1);
-                                          })) {}
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
-    const auto& ctx = step_context<SsmStepContext>(step, 'M', "Mamba");
-    const at::Tensor proj = at::linear(rms_norm(x, w_.norm), w_.in_proj);
-    const at::Tensor z = proj.narrow(-1, 0, w_.c.d_inner());
-    const at::Tensor y = clocked(ctx, proj, [&](const at::Tensor& p) { return linear_forward(p, w_.p, w_.c, ctx); });
-    return at::linear(y * at::silu(z), w_.out_proj);  // the gate: y silu(z)
-  }
-
- private:
-  LinearWeights<SsmConfig, SsmParams> w_;
-};
-
-}  // namespace
-
-// The parts the shared machinery takes from this mixer (linear_parts.hpp), beside its layer.
-const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext>& linear_parts(const SsmConfig&) {
-  static const LinearParts<SsmConfig, SsmCpStrategy, SsmCpShape, SsmStepContext> parts{
-      &MixerConfigs::ssm, make_linear_layer<MambaLayer>, mamba_spec, ssm_cp_shape,
-      ssm_cp_bytes,       ssm_cp_extra_memory_bytes};
-  return parts;
-}
-
 namespace {
 
 class MambaMixer final : public LinearMixerOf<SsmConfig> {
