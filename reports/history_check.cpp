@@ -81,7 +81,7 @@ void judge_series(CaseHistory& ch, const HistoryCheckOptions& o, bool higher) {
   std::vector<SeriesPoint> kept;
   std::vector<int64_t> where;  // kept[i] is points[where[i]]
   for (size_t i = 0; i < ch.points.size(); ++i)
-    if (!ch.points[i].spoiled) {
+    if (!ch.points[i].spoiled && !ch.points[i].disturbed) {
       kept.push_back(ch.points[i]);
       where.push_back(static_cast<int64_t>(i));
     }
@@ -188,12 +188,13 @@ HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryChe
         if (it == c.metrics.end() || !(it->second.value > 0)) continue;
         const double noise = stats::median_noise(o.metric == "cpu_s" ? c.cpu_s : c.step_s);
         ch.points.push_back({run.id, run.commit, run.started_at, run.label, it->second.value,
-                             it->second.value * (1 - noise), it->second.value * (1 + noise), c.busy, false});
+                             it->second.value * (1 - noise), it->second.value * (1 + noise), c.busy, false, false});
       }
     h.cases.push_back(std::move(ch));
   }
   if (h.cases.empty()) throw std::invalid_argument("--filter '" + o.filter + "': no stored case matches");
   mark_machine_runs(runs, h);
+  mark_disturbed_points(h);
   for (auto& ch : h.cases) judge_series(ch, o, higher);
   mark_shared_steps(h);
   return h;
@@ -207,6 +208,9 @@ std::string history_check_text(const HistoryCheck& h) {
     const auto spoiled = std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
     os << c.name << " (" << c.points.size() << " runs";
     if (spoiled > 0) os << ", " << spoiled << " the machine's left out";
+    const auto disturbed =
+        std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.disturbed && !p.spoiled; });
+    if (disturbed > 0) os << ", " << disturbed << " disturbed left out";
     os << "): ";
     if (c.too_short) {
       ++short_series;
@@ -281,7 +285,8 @@ nlohmann::json history_json(const HistoryCheck& h) {
                         {"lo", p.lo},
                         {"hi", p.hi},
                         {"busy", p.busy},
-                        {"spoiled", p.spoiled}});
+                        {"spoiled", p.spoiled},
+                        {"disturbed", p.disturbed}});
     for (const auto& x : c.changes)
       changes.push_back({{"index", x.index},
                          {"first_run_id", x.first_run_id},
@@ -329,6 +334,7 @@ nlohmann::json history_json(const HistoryCheck& h) {
           {"canary_shift", kCanaryShift},
           {"case_shift", kCaseShift},
           {"canary_step", kCanaryStep},
+          {"disturbed_noise", kDisturbedNoise},
           {"store", h.store},
           {"runs", h.runs},
           {"metric", h.options.metric},

@@ -59,7 +59,8 @@ struct SeriesPoint {
   std::string commit, started_at, label;
   double value = 0, lo = 0, hi = 0;  // the metric and its noise band
   bool busy = false;
-  bool spoiled = false;  // its run is the machine's: left out of the change-point series
+  bool spoiled = false;    // its run is the machine's: left out of the change-point series
+  bool disturbed = false;  // its own steps were far noisier than the case's (machine_runs.hpp): left out too
 };
 
 // One run's canary and whether the machine spoiled it (the rule above).

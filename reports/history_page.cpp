@@ -12,7 +12,8 @@ namespace {
 std::string page_commit(const std::string& c) { return c.size() > 8 ? c.substr(0, 8) : c; }
 
 // One case's chart: the metric per run in order (a line with a dot per run, hollow when the run was
-// measured on a busy machine), the runs' noise as a band, change points as dashed lines with commits.
+// measured on a busy machine, grey when the machine spoiled it), the runs' noise as a band, change points
+// as dashed lines with commits (and "the machine's" on a shared step).
 std::string chart(const CaseHistory& c) {
   const int W = 760, H = 230, L = 70, R = 20, T = 20, B = 40;
   std::ostringstream s;
@@ -59,7 +60,11 @@ std::string chart(const CaseHistory& c) {
       << "' y1='" << T << "' y2='" << H - B << "' stroke='" << col << "' stroke-width='2' stroke-dasharray='5,3'/>"
       << "<text x='" << num(xm + 4, 6) << "' y='" << T + 10 << "' fill='" << col << "'>"
       << html_escape(page_commit(x.last_commit_before) + ".." + page_commit(x.first_commit_after)) << " "
-      << percent(x.change, true) << (x.regression ? " REGRESSION" : "") << "</text>";
+      << percent(x.change, true)
+      << (x.regression ? " REGRESSION"
+          : x.machine  ? " the machine's"
+                       : "")
+      << "</text>";
   }
   // The series.
   s << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
@@ -67,12 +72,17 @@ std::string chart(const CaseHistory& c) {
   s << "'/>";
   for (size_t i = 0; i < n; ++i) {
     const SeriesPoint& p = c.points[i];
-    s << "<circle class='run' data-run='" << p.run_id << "' data-value='" << num(p.value, 9) << "' cx='"
-      << num(px(i), 6) << "' cy='" << num(py(p.value), 6) << "' r='3' fill='" << (p.busy ? "white" : "#1f77b4")
-      << "' stroke='#1f77b4'><title>run " << p.run_id << " " << html_escape(page_commit(p.commit)) << " "
+    const char* stroke = p.spoiled ? "#888" : "#1f77b4";
+    s << "<circle class='run" << (p.spoiled ? " spoiled" : "") << "' data-run='" << p.run_id << "' data-value='"
+      << num(p.value, 9) << "' cx='" << num(px(i), 6) << "' cy='" << num(py(p.value), 6) << "' r='3' fill='"
+      << (p.busy      ? "white"
+          : p.spoiled ? "#bbb"
+                      : "#1f77b4")
+      << "' stroke='" << stroke << "'><title>run " << p.run_id << " " << html_escape(page_commit(p.commit)) << " "
       << html_escape(p.started_at) << (p.label.empty() ? "" : " [" + html_escape(p.label) + "]") << ": "
       << num(p.value, 4) << " " << html_escape(c.unit) << " (band " << num(p.lo, 4) << ".." << num(p.hi, 4) << ")"
-      << (p.busy ? ", busy machine" : "") << "</title></circle>";
+      << (p.busy ? ", busy machine" : "") << (p.spoiled ? ", the machine's run (left out of the series)" : "")
+      << "</title></circle>";
   }
   // Run ids along the x axis (at most ~12 labels).
   const size_t every = std::max<size_t>(1, (n + 11) / 12);
@@ -101,18 +111,20 @@ std::string history_html(const HistoryCheck& h) {
      << h.options.change.permutations << " permutations), min segment " << h.options.change.min_segment
      << " runs, min effect " << percent(h.options.min_effect, false)
      << "; the newest change point fails the check when it is a slowdown beyond " << percent(h.options.threshold, false)
-     << ". Band: each run's median noise; a hollow dot: measured on a busy machine.</p>";
+     << ". Band: each run's median noise; a hollow dot: measured on a busy machine; a grey dot: a run the machine "
+        "spoiled (its canary and most cases slower together), left out of the series.</p>";
   os << "<table><tr><th>case</th><th>runs</th><th>newest " << html_escape(h.options.metric)
      << "</th><th>change points</th><th>verdict</th></tr>";
   for (const auto& c : h.cases) {
     os << "<tr><td>" << html_escape(c.name) << "</td><td>" << c.points.size() << "</td><td>"
        << (c.points.empty() ? "" : num(c.points.back().value, 4) + " " + html_escape(c.unit)) << "</td><td>"
        << c.changes.size() << "</td><td class='"
-       << (c.regression                   ? "failed"
-           : c.too_short || c.cannot_tell ? "skipped"
-                                          : "ok")
+       << (c.regression                                ? "failed"
+           : c.too_short || c.cannot_tell || c.machine ? "skipped"
+                                                       : "ok")
        << "'>"
        << (c.regression    ? "REGRESSION"
+           : c.machine     ? "the machine's (no verdict)"
            : c.too_short   ? "too short"
            : c.cannot_tell ? "cannot tell (spread " + percent(c.spread, false) + ")"
                            : "ok")

@@ -126,4 +126,15 @@ void mark_shared_steps(HistoryCheck& h) {
   }
 }
 
+void mark_disturbed_points(HistoryCheck& h) {
+  for (auto& ch : h.cases) {
+    // A point's noise, from its band: hi = value x (1 + noise).
+    const auto noise = [](const SeriesPoint& p) { return p.value > 0 ? p.hi / p.value - 1 : 0.0; };
+    std::vector<double> all;
+    for (const auto& p : ch.points) all.push_back(noise(p));
+    const double usual = stats::median(all);
+    for (auto& p : ch.points) p.disturbed = noise(p) > std::max(kDisturbedNoise * usual, h.options.threshold);
+  }
+}
+
 }  // namespace cpbench

@@ -17,6 +17,14 @@
 //                at least kCanaryStep and at least half as much as the case (in time), and at least half
 //                of the cases slowed by at least half the canary's step with it. It is then no
 //                regression, and no verdict either (a code change landing with it could hide in it).
+//   a disturbed point  a machine can also spoil one case's run without the canary seeing it (the canary
+//                times 30 ms after the steps; a stolen vCPU for a second of a case's steps is missed). Its
+//                mark is in the case's own samples: the run's median noise (stats::median_noise of its
+//                steps) beyond both kDisturbedNoise x the case's median noise over the runs and the check's
+//                threshold. More work, as a code change adds, moves the steps together and keeps their
+//                relative spread; preemption makes them erratic. Such a point is left out of that case's
+//                series only (marked `disturbed`): a run whose own median is that uncertain cannot speak to
+//                a threshold-sized change.
 #include <vector>
 
 #include "reports/history_check.hpp"
@@ -27,6 +35,9 @@ namespace cpbench {
 // a quiet canary (3-5 % run-to-run on the 2-core VM) move by about 2 %.
 inline constexpr double kCanaryStep = 0.10;
 
+// A disturbed point (above): its median noise over the case's median noise beyond this.
+inline constexpr double kDisturbedNoise = 2.5;
+
 // Fills h.canary (per run, oldest first; empty when no run has a canary), marks the spoiled runs' points
 // in every case of h (SeriesPoint::spoiled) and sets h.newest_spoiled. h.cases hold their points.
 void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h);
@@ -34,5 +45,8 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h);
 // After every case is judged: marks each slowdown change that is a shared step (SeriesChange::machine,
 // canary_step, cases, moved) and clears the regression of a case whose newest change is one.
 void mark_shared_steps(HistoryCheck& h);
+
+// Marks each case's disturbed points (above; SeriesPoint::disturbed), from their noise bands.
+void mark_disturbed_points(HistoryCheck& h);
 
 }  // namespace cpbench

@@ -109,6 +109,14 @@ TEST(CanaryRule, AMachineThatSlowsTheLastRunsIsTheMachinesNotARegression) {
   const auto j = history_json(h);
   EXPECT_TRUE(j.at("newest_spoiled").get<bool>());
   EXPECT_EQ(j.at("canary").size(), 18u);
+  // The trend page marks them: a grey dot per spoiled run in every case's chart, none elsewhere.
+  const std::string page = history_html(h);
+  size_t grey = 0;
+  for (size_t at = 0; (at = page.find("class='run spoiled' data-run='", at)) != std::string::npos; ++at) {
+    ++grey;
+    EXPECT_GE(std::stoi(page.substr(at + 30, 2)), 15) << page.substr(at, 60);
+  }
+  EXPECT_EQ(grey, 4u * 4u) << "4 spoiled runs x 4 cases";
 }
 
 TEST(CanaryRule, WithoutTheMachineTheSlowedCaseIsNamedAndNoRunIsSpoiled) {

@@ -78,7 +78,8 @@ TEST(NewestStep, NoiseAndTiesRaiseItAtAboutAlpha) {
   const ChangePointOptions o;
   int alarms = 0;
   const int trials = 400;
-  for (int t = 0; t < trials; ++t) alarms += newest_step_up(slowness(noisy_rates(18, 0.05, 500 + t)), o).p_value <= o.alpha;
+  for (int t = 0; t < trials; ++t)
+    alarms += newest_step_up(slowness(noisy_rates(18, 0.05, 500 + t)), o).p_value <= o.alpha;
   std::cout << "noise: p <= alpha in " << alarms << "/" << trials << "\n";
   EXPECT_LE(alarms, 32) << "of 400 (alpha 0.05: 20 expected; 32 is p < 0.01 under a binomial)";
   EXPECT_GE(alarms, 8) << "a test that never fires has no power either";
