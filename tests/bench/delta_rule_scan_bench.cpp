@@ -1,7 +1,8 @@
 // Delta-rule micro-benchmarks (Google Benchmark): the chunked form against the token-by-token recurrence
 // (kernels/mixers/gdn/gdn_scan.hpp), forward pass, float32 on CPU, one row of S tokens, 2 heads of
 // dk = dv = 128, unit-norm keys, log decays -softplus(N(-3, 1)), a document reset at S/3. Each iteration
-// times the chunked form and the recurrence on the same inputs.
+// times the chunked form and the recurrence on the same inputs, without a graph (NoGradGuard: the
+// chunked form's blocked route, gdn_scan.hpp).
 //   BM_GdnScan/S     Gated DeltaNet (Qwen3-Next's dims): one decay per head, chunk kGdnChunk.
 //   BM_KdaScan/S/Q   Kimi Delta Attention (Kimi Linear's dims): one decay per head and key channel
 //                    (g [R, S, H, dk]), chunk Q (the layer's default is kGdnChunk = 64).
@@ -64,10 +65,11 @@ void bench_delta_rule(benchmark::State& state, int64_t S, int64_t Q, bool channe
 void BM_GdnScan(benchmark::State& state) { bench_delta_rule(state, state.range(0), kGdnChunk, false); }
 void BM_KdaScan(benchmark::State& state) { bench_delta_rule(state, state.range(0), state.range(1), true); }
 
-BENCHMARK(BM_GdnScan)->ArgName("S")->Arg(512)->Arg(16384)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GdnScan)->ArgName("S")->Arg(512)->Arg(4096)->Arg(16384)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KdaScan)
     ->ArgNames({"S", "Q"})
     ->Args({512, kGdnChunk})
+    ->Args({4096, kGdnChunk})
     ->Args({16384, kGdnChunk})
     ->Args({16384, 32})
     ->Args({16384, 128})

@@ -6,6 +6,7 @@
 // bfloat16 computed in float32 without overflow at strong decays.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -78,6 +79,32 @@ TEST(KdaScan, TheSummaryIsTheStretchsAffineMap) {
         EXPECT_GT(sum.transition.abs().max().item<double>(), 1e-3) << what;
       }
     }
+}
+
+TEST(KdaScan, WithoutAGraphTheBlockedFormMatchesTheRecurrence) {
+  // Without autograd (no input requires grad) rows longer than 512 tokens run in blocks of chunks
+  // (gdn_scan.cpp, blocked_chunk_factors, and the in-place apply): 1200 tokens are 3 blocks at every chunk
+  // here. Documents of 300 and 212 end exactly at a block start (512) at chunk 16 and inside one at 7, 64
+  // and 100; one of 5 tokens follows; the block after a reset starts in a new group. Values, final state
+  // and the summary's T S0 + C, both gates, to float64 rounding. Weak decays (x 0.02), so that the state
+  // carries across blocks.
+  at::NoGradGuard no_grad;
+  double worst = 0;
+  Inputs in = draw(kGate, 2, 1200, 3, 8, 6, {300, 212, 5, 400}, 23, true, 0.02);
+  for (const bool channel : {true, false}) {
+    const at::Tensor g = channel ? in.g : in.g.select(3, 0);
+    const GdnScanResult r = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group, in.initial);
+    for (const int64_t chunk : {7, 16, 64, 100}) {
+      const std::string what = std::string(channel ? "per-channel" : "per-head") + " gate, chunk " + std::to_string(chunk);
+      const GdnScanResult c = gdn_chunk_scan(in.q, in.k, in.v, g, in.beta, in.group, chunk, in.initial);
+      const DeltaRuleSummary sum = delta_rule_summary(delta_rule_chunks(in.q, in.k, in.v, g, in.beta, in.group, chunk));
+      const double d = std::max({rel(c.o, r.o), rel(c.final_state, r.final_state),
+                                 rel(at::matmul(sum.transition, in.initial) + sum.contribution, r.final_state)});
+      EXPECT_LT(d, 1e-12) << what;
+      worst = std::max(worst, d);
+    }
+  }
+  std::printf("KdaScan: worst relative difference blocked vs recurrence (float64, no graph): %.3g\n", worst);
 }
 
 TEST(KdaScan, TheScalarGateIsItsBroadcast) {

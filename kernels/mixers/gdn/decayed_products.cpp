@@ -44,8 +44,10 @@ DecayedProducts decayed_products(const at::Tensor& q, const at::Tensor& k, const
     s.insert(s.end(), tail.begin(), tail.end());
     return s;
   };
-  at::Tensor mq = (qp * kp).sum(-1).view(shaped({Qp, 1, 1}));  // [..., n, b, b] blocks on the diagonal
-  at::Tensor mk = at::zeros_like(mq);
+  // Both products are written in place: level b fills, in each block of 2b tokens, the b x b corner of
+  // pairs t in its second half, s in its first (kk's diagonal stays 0, qk's holds q_t . k_t).
+  at::Tensor mq = at::zeros(shaped({Qp, Qp}), qp.options()), mk = at::zeros_like(mq);
+  mq.diagonal(0, -2, -1).copy_((qp * kp).sum(-1));
   for (int64_t b = 1; b < Qp; b *= 2) {
     const int64_t n = Qp / (2 * b);
     const std::vector<int64_t> halves = shaped({n, 2, b, d});
@@ -58,13 +60,13 @@ DecayedProducts decayed_products(const at::Tensor& q, const at::Tensor& k, const
     const auto product = [&](const at::Tensor& x) {
       return b <= 2 ? (x.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1) : at::matmul(x, keys.transpose(-1, -2));
     };
-    const auto merge = [&](const at::Tensor& m, const at::Tensor& off) {  // -> [..., n, 2b, 2b]
-      const at::Tensor pairs = m.view(shaped({n, 2, b, b}));
-      return at::cat({at::cat({pairs.select(-3, 0), at::zeros_like(off)}, -1), at::cat({off, pairs.select(-3, 1)}, -1)},
-                     -2);
+    // The corners: [..., Qp, Qp] as [..., n, 2, b, n, 2, b], the n blocks on its diagonal, rows of the
+    // second half, columns of the first -> [..., b, b, n], moved to [..., n, b, b].
+    const auto corner = [&](const at::Tensor& m) {
+      return m.view(shaped({n, 2, b, n, 2, b})).diagonal(0, -6, -3).select(-5, 1).select(-3, 0).movedim(-1, -3);
     };
-    mq = merge(mq, product(xq));
-    mk = merge(mk, product(xk));
+    corner(mq).copy_(product(xq));
+    corner(mk).copy_(product(xk));
   }
   const auto finish = [&](const at::Tensor& m, const at::Tensor& mask) {
     return at::where(mask, m.view(shaped({Qp, Qp})).narrow(-2, 0, Q).narrow(-1, 0, Q), zero);

@@ -1,5 +1,7 @@
 #include "kernels/mixers/gdn/gdn_scan.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -35,20 +37,14 @@ void check_gdn_shapes(const char* who, const at::Tensor& q, const at::Tensor& k,
 
 bool gdn_low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
 
-}  // namespace
-
-DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                  const at::Tensor& g_in, const at::Tensor& beta_in, const at::Tensor& group,
-                                  int64_t chunk) {
-  check_gdn_shapes("delta_rule_chunks", q_in, k_in, v_in, g_in, beta_in, group, {});
-  CP_CHECK(chunk >= 1, "delta_rule_chunks: chunk must be positive, got ", chunk);
-  CP_CHECK(q_in.size(1) > 0, "delta_rule_chunks: no tokens");
-  // bfloat16 / float16 run in float32 (the accumulator rule).
-  const auto f = [&](const at::Tensor& t) { return gdn_low_precision(q_in) ? t.to(at::kFloat) : t; };
-  const at::Tensor q = f(q_in), k = f(k_in), v = f(v_in), g = f(g_in), beta = f(beta_in);
+// The factors of the chunks of Q tokens of q..group ([R, L, H, .] in the compute dtype, L >= 1; the last
+// chunk filled up). `before` [R]: the group of the token before q's first one (the group the entering
+// state reaches); undefined: q's first token's (a row start).
+DeltaRuleChunks chunk_factors(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                              const at::Tensor& beta, const at::Tensor& group, int64_t Q, const at::Tensor& before) {
   const int64_t R = q.size(0), L = q.size(1), H = q.size(2), dk = q.size(3), dv = v.size(3);
   const auto opts = q.options();
-  const int64_t Q = std::min(chunk, L), nc = (L + Q - 1) / Q, extra = nc * Q - L;
+  const int64_t nc = (L + Q - 1) / Q, extra = nc * Q - L;
 
   // The last chunk is filled up with transparent slots (g = beta = 0, q = k = v = 0) of the row's last
   // group: they neither reset nor change the state, and their outputs are cut off.
@@ -73,7 +69,8 @@ DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in
   // The tokens the state entering the chunk reaches: those of the group of the token before the chunk
   // (for the first chunk, the row's first group, which the initial state reaches).
   const at::Tensor g_last = gc.select(-1, Q - 1);  // [R, 1, nc]
-  const at::Tensor g_prev = at::cat({gc.select(-1, 0).narrow(2, 0, 1), g_last.narrow(2, 0, nc - 1)}, 2);
+  const at::Tensor first = before.defined() ? before.reshape({R, 1, 1}) : gc.select(-1, 0).narrow(2, 0, 1);
+  const at::Tensor g_prev = at::cat({first, g_last.narrow(2, 0, nc - 1)}, 2);
   const at::Tensor reached = gc == g_prev.unsqueeze(-1);        // [R, 1, nc, Q]
   const at::Tensor eG = masked_exp(reached.unsqueeze(-1), G);  // [R, H, nc, Q, Gd]: decay from the chunk start
 
@@ -97,6 +94,91 @@ DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in
   return out;
 }
 
+// Whether autograd records an op on these tensors (the evaluation without a graph may take other routes).
+bool records_grad(std::initializer_list<at::Tensor> ts) {
+  if (!at::GradMode::is_enabled()) return false;
+  return std::any_of(ts.begin(), ts.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
+}
+
+// Without a graph: the chunks in blocks of about kBlockTokens tokens, one block per intra-op thread at a
+// time, each block's ATen ops single-threaded on tensors that stay in the core's cache (whole-row
+// elementwise passes are memory-bound on a CPU). The same ops per chunk as one call; the block's
+// entering group is the previous block's last.
+constexpr int64_t kBlockTokens = 512;
+
+DeltaRuleChunks blocked_chunk_factors(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& g, const at::Tensor& beta, const at::Tensor& group, int64_t Q) {
+  const int64_t R = q.size(0), L = q.size(1), H = q.size(2), dk = q.size(3), dv = v.size(3);
+  const int64_t nc = (L + Q - 1) / Q, per = std::max<int64_t>(1, kBlockTokens / Q), blocks = (nc + per - 1) / per;
+  const auto make = [&](int64_t last) { return at::empty({R, H, nc, Q, last}, q.options()); };
+  DeltaRuleChunks out;
+  out.length = L;
+  out.qd = make(dk);
+  out.P = make(Q);
+  out.U = make(dv);
+  out.W = make(dk);
+  out.Kd = make(dk);
+  out.a = at::empty({R, H, nc, g.dim() == 4 ? dk : 1}, q.options());
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t t0 = b * per * Q, len = std::min(L, t0 + per * Q) - t0;
+      const auto cut = [&](const at::Tensor& t) { return t.narrow(1, t0, len); };
+      const DeltaRuleChunks part = chunk_factors(cut(q), cut(k), cut(v), cut(g), cut(beta), cut(group), Q,
+                                                 b == 0 ? at::Tensor() : group.select(1, t0 - 1));
+      for (at::Tensor DeltaRuleChunks::*field :
+           {&DeltaRuleChunks::qd, &DeltaRuleChunks::P, &DeltaRuleChunks::U, &DeltaRuleChunks::W, &DeltaRuleChunks::Kd,
+            &DeltaRuleChunks::a})
+        (out.*field).narrow(2, b * per, (part.*field).size(2)).copy_(part.*field);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                  const at::Tensor& g_in, const at::Tensor& beta_in, const at::Tensor& group,
+                                  int64_t chunk) {
+  check_gdn_shapes("delta_rule_chunks", q_in, k_in, v_in, g_in, beta_in, group, {});
+  CP_CHECK(chunk >= 1, "delta_rule_chunks: chunk must be positive, got ", chunk);
+  CP_CHECK(q_in.size(1) > 0, "delta_rule_chunks: no tokens");
+  // bfloat16 / float16 run in float32 (the accumulator rule).
+  const auto f = [&](const at::Tensor& t) { return gdn_low_precision(q_in) ? t.to(at::kFloat) : t; };
+  const at::Tensor q = f(q_in), k = f(k_in), v = f(v_in), g = f(g_in), beta = f(beta_in);
+  const int64_t L = q.size(1), Q = std::min(chunk, L);
+  if (L > kBlockTokens && !records_grad({q, k, v, g, beta})) return blocked_chunk_factors(q, k, v, g, beta, group, Q);
+  return chunk_factors(q, k, v, g, beta, group, Q, {});
+}
+
+namespace {
+
+// delta_rule_apply without a graph: each (row, head)'s chunks in order on one intra-op thread, in place
+// (the state, u and each chunk's outputs written where they land; no per-chunk state kept).
+GdnScanResult apply_without_graph(const DeltaRuleChunks& c, const at::Tensor& initial) {
+  const int64_t R = c.U.size(0), H = c.U.size(1), nc = c.U.size(2), Q = c.U.size(3), dv = c.U.size(4);
+  at::Tensor state = initial.clone(at::MemoryFormat::Contiguous);
+  at::Tensor o = at::empty({R, H, nc, Q, dv}, c.U.options());
+  at::parallel_for(0, R * H, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r = b / H, h = b % H;
+      at::Tensor S = state[r][h], u = at::empty({Q, dv}, c.U.options());
+      const at::Tensor U = c.U[r][h], W = c.W[r][h], qd = c.qd[r][h], P = c.P[r][h], Kd = c.Kd[r][h], a = c.a[r][h];
+      const at::Tensor out = o[r][h];
+      for (int64_t i = 0; i < nc; ++i) {
+        at::addmm_out(u, U[i], W[i], S, 1, -1);  // u = U - W S_in
+        at::Tensor oi = out[i];
+        at::mm_out(oi, qd[i], S);
+        oi.addmm_(P[i], u);
+        S.mul_(a[i].unsqueeze(-1));
+        S.addmm_(Kd[i].t(), u);
+      }
+    }
+  });
+  return {o.view({R, H, nc * Q, dv}).narrow(2, 0, c.length).transpose(1, 2), state};
+}
+
+}  // namespace
+
 GdnScanResult delta_rule_apply(const DeltaRuleChunks& c, const at::Tensor& initial) {
   const int64_t R = c.U.size(0), H = c.U.size(1), nc = c.U.size(2), Q = c.U.size(3), dv = c.U.size(4);
   const int64_t dk = c.W.size(4);
@@ -104,6 +186,7 @@ GdnScanResult delta_rule_apply(const DeltaRuleChunks& c, const at::Tensor& initi
   CP_CHECK(state.dim() == 4 && state.size(0) == R && state.size(1) == H && state.size(2) == dk && state.size(3) == dv,
            "delta_rule_apply: initial state ", shape_str(state.sizes()), ", expected [", R, ", ", H, ", ", dk, ", ",
            dv, "]");
+  if (!records_grad({c.qd, c.P, c.U, c.W, c.Kd, c.a, state})) return apply_without_graph(c, state);
   // The only sequential part, per chunk: its new values u = U - W S_in, then S_out = Diag(a) S_in + Kd^T u.
   std::vector<at::Tensor> incoming, values;
   incoming.reserve(static_cast<size_t>(nc));

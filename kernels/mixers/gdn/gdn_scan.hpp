@@ -42,6 +42,11 @@ struct GdnScanResult {
 // o = exp(G) q S_in + P u, S_out = Diag(a) S_in + Kd^T u; the only sequential part.
 // delta_rule_summary: the stretch's affine map final = T initial + C from the same factors (the
 // delta rule's state step on [T | C] from [I | 0]); what state passing exchanges.
+// Without a graph (grad mode off, or no input requiring grad), rows of more than 512 tokens take the
+// factors in blocks of whole chunks (about 512 tokens), one block per intra-op thread, so that the
+// elementwise passes run on cache-resident tensors, and delta_rule_apply runs each (row, head) in place
+// on one thread; the same operations per chunk, so the same results up to rounding. With a graph, every
+// chunk at once (the form autograd differentiates).
 // Time O(L Q (dk + dv) + L dk dv) (summary: + L dk (dk + dv)); memory O(L Q H) for the intra-chunk
 // matrices, O(L H dk log Q) more with a per-channel g, plus one state per chunk; no L x L tensor.
 struct DeltaRuleChunks {
