@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "reports/common_mode.hpp"
 #include "reports/compare.hpp"
 #include "reports/machine_runs.hpp"
 #include "reports/statistics.hpp"
@@ -197,15 +198,22 @@ HistoryCheck check_history(const std::vector<HistoryRun>& runs, const HistoryChe
   mark_disturbed_points(h);
   for (auto& ch : h.cases) judge_series(ch, o, higher);
   mark_shared_steps(h);
+  for (size_t i = 0; i < h.cases.size(); ++i) {
+    CaseHistory rel = relative_series(h, i);
+    if (rel.points.empty()) continue;
+    judge_series(rel, o, higher);
+    h.cases[i].against = {true, rel.too_short, rel.changes, rel.spread, rel.regression};
+  }
+  settle_common_mode(h);
   return h;
 }
-
 
 std::string history_check_text(const HistoryCheck& h) {
   std::ostringstream os;
   int regressions = 0, short_series = 0, cannot_tell = 0, machine = 0;
   for (const auto& c : h.cases) {
-    const auto spoiled = std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
+    const auto spoiled =
+        std::count_if(c.points.begin(), c.points.end(), [](const SeriesPoint& p) { return p.spoiled; });
     os << c.name << " (" << c.points.size() << " runs";
     if (spoiled > 0) os << ", " << spoiled << " the machine's left out";
     const auto disturbed =
@@ -224,15 +232,29 @@ std::string history_check_text(const HistoryCheck& h) {
          << ".." << short_commit(x.first_commit_after) << "): " << h.options.metric << " " << num(x.before, 4) << " -> "
          << num(x.after, 4) << " " << c.unit << " (" << percent(x.change, true) << ", p = " << num(x.p_value, 2) << ", "
          << (x.slowdown ? "slower" : "faster") << (x.newest_runs_test ? ", newest-runs test" : "") << ")";
-      if (x.machine)
+      if (x.common_mode)
+        os << " the machine's: " << x.moved << " of " << x.cases
+           << " cases slowed with it and against them it did not move; the canary " << percent(x.canary_step, true)
+           << (x.last_commit_before == x.first_commit_after ? ", and no commit came between" : "");
+      else if (x.machine)
         os << " the machine's: the canary " << percent(x.canary_step, true) << " slower over the same runs, " << x.moved
            << " of " << x.cases << " cases with it";
     }
+    if (c.against.judged && !c.against.too_short) {
+      os << "; against the other cases (spread " << percent(c.against.spread, false) << "): ";
+      if (c.against.changes.empty()) os << "no change point";
+      for (size_t k = 0; k < c.against.changes.size(); ++k) {
+        const SeriesChange& x = c.against.changes[k];
+        os << (k ? ", " : "") << "change at run " << x.first_run_id << " (" << percent(x.change, true)
+           << ", p = " << num(x.p_value, 2) << ", " << (x.slowdown ? "slower" : "faster") << ")";
+      }
+    }
     if (c.regression) {
       ++regressions;
-      const SeriesChange& x = c.changes.back();
+      const SeriesChange& x = c.against_others ? c.against.changes.back() : c.changes.back();
       os << "  REGRESSION: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id << " (commit "
          << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
+      if (c.against_others) os << ", against the other cases at the same runs";
     }
     if (c.machine) {
       ++machine;
@@ -241,8 +263,8 @@ std::string history_check_text(const HistoryCheck& h) {
     }
     if (c.cannot_tell) {
       ++cannot_tell;
-      os << "  CANNOT TELL: run-to-run spread " << percent(c.spread, false) << "; a " << percent(h.options.threshold, false)
-         << " slowdown ";
+      os << "  CANNOT TELL: run-to-run spread " << percent(c.spread, false) << "; a "
+         << percent(h.options.threshold, false) << " slowdown ";
       if (c.runs_needed > 0)
         os << "shows only " << c.runs_needed << " runs after it, so one in the newest " << c.runs_needed - 1
            << " runs could hide here";
@@ -273,6 +295,24 @@ std::string history_check_text(const HistoryCheck& h) {
 
 nlohmann::json history_json(const HistoryCheck& h) {
   using nlohmann::json;
+  const auto change_json = [](const SeriesChange& x) -> nlohmann::json {
+    return {{"index", x.index},
+            {"first_run_id", x.first_run_id},
+            {"last_commit_before", x.last_commit_before},
+            {"first_commit_after", x.first_commit_after},
+            {"before", x.before},
+            {"after", x.after},
+            {"change", x.change},
+            {"rate_drop", x.rate_drop},
+            {"p_value", x.p_value},
+            {"newest_runs_test", x.newest_runs_test},
+            {"slowdown", x.slowdown},
+            {"regression", x.regression},
+            {"canary_step", x.canary_step},
+            {"cases_moved", x.moved},
+            {"cases_compared", x.cases},
+            {"machine", x.machine}};
+  };
   json cases = json::array();
   for (const auto& c : h.cases) {
     json points = json::array(), changes = json::array();
@@ -287,23 +327,9 @@ nlohmann::json history_json(const HistoryCheck& h) {
                         {"busy", p.busy},
                         {"spoiled", p.spoiled},
                         {"disturbed", p.disturbed}});
-    for (const auto& x : c.changes)
-      changes.push_back({{"index", x.index},
-                         {"first_run_id", x.first_run_id},
-                         {"last_commit_before", x.last_commit_before},
-                         {"first_commit_after", x.first_commit_after},
-                         {"before", x.before},
-                         {"after", x.after},
-                         {"change", x.change},
-                         {"rate_drop", x.rate_drop},
-                         {"p_value", x.p_value},
-                         {"newest_runs_test", x.newest_runs_test},
-                         {"slowdown", x.slowdown},
-                         {"regression", x.regression},
-                         {"canary_step", x.canary_step},
-                         {"cases_moved", x.moved},
-                         {"cases_compared", x.cases},
-                         {"machine", x.machine}});
+    for (const auto& x : c.changes) changes.push_back(change_json(x));
+    json against = json::array();
+    for (const auto& x : c.against.changes) against.push_back(change_json(x));
     cases.push_back({{"name", c.name},
                      {"metric", c.metric},
                      {"unit", c.unit},
@@ -316,7 +342,14 @@ nlohmann::json history_json(const HistoryCheck& h) {
                      {"cannot_tell", c.cannot_tell},
                      {"machine", c.machine},
                      {"points", points},
-                     {"changes", changes}});
+                     {"changes", changes},
+                     {"against_others",
+                      {{"judged", c.against.judged},
+                       {"too_short", c.against.too_short},
+                       {"spread", c.against.spread},
+                       {"regression", c.against.regression},
+                       {"named", c.against_others},
+                       {"changes", against}}}});
   }
   json canary = json::array();
   for (const auto& rc : h.canary)

@@ -88,6 +88,18 @@ struct SeriesChange {
   double canary_step = 0;
   int64_t cases = 0, moved = 0;
   bool machine = false;
+  // Common mode (reports/common_mode.hpp): the machine's because the case moved with the other cases (moved
+  // of cases, itself included) and not against them, and the canary moved with it or no commit came between.
+  bool common_mode = false;
+};
+
+// The case judged against the other cases (reports/common_mode.hpp): its relative series' changes (indices
+// into the case's points), spread and verdict. judged is false when no run has enough other cases.
+struct AgainstOthers {
+  bool judged = false, too_short = false;
+  std::vector<SeriesChange> changes;
+  double spread = 0;
+  bool regression = false;  // the relative series' newest change is a slowdown beyond the threshold
 };
 
 struct CaseHistory {
@@ -101,7 +113,9 @@ struct CaseHistory {
   double resolution = 0;    // the smallest drop in rate over the newest min_segment runs the check sees
   int64_t runs_needed = 0;  // runs after a `threshold` slowdown before it is seen; 0: not within the series
   bool cannot_tell = false;
-  bool machine = false;  // the newest change is a shared step (the machine's): no verdict
+  bool machine = false;  // the newest change is a shared step or common mode (the machine's): no verdict
+  AgainstOthers against;
+  bool against_others = false;  // the regression is the relative series' (its own series did not show it)
 };
 
 struct HistoryCheck {

@@ -75,42 +75,47 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h) {
 // The shared-step rule (machine_runs.hpp, "a shared step"), after every case is judged: each slowdown
 // change is compared with the canary's and the other cases' medians over the same runs, which a sustained
 // shift of the machine moves together while a code change moves the cases alone.
+ChangeRuns change_runs(const CaseHistory& ch, size_t k) {
+  const auto from = static_cast<size_t>(k == 0 ? 0 : ch.changes[k - 1].index);
+  const auto at = static_cast<size_t>(ch.changes[k].index);
+  const size_t to = k + 1 < ch.changes.size() ? static_cast<size_t>(ch.changes[k + 1].index) : ch.points.size();
+  ChangeRuns r;
+  for (size_t i = from; i < to; ++i)
+    if (!ch.points[i].spoiled) (i < at ? r.before : r.after).insert(ch.points[i].run_id);
+  return r;
+}
+
+double median_over(const CaseHistory& c, const std::set<int64_t>& runs) {
+  std::vector<double> v;
+  for (const auto& p : c.points)
+    if (!p.spoiled && runs.count(p.run_id)) v.push_back(p.value);
+  return v.empty() ? 0.0 : stats::median(v);
+}
+
+double time_step(const CaseHistory& c, double before, double after) {
+  return c.higher_is_better ? before / after - 1 : after / before - 1;
+}
+
 void mark_shared_steps(HistoryCheck& h) {
   if (h.canary.empty()) return;
   std::map<int64_t, const RunCanary*> canary;
   for (const auto& rc : h.canary)
     if (rc.memory_s > 0) canary[rc.run_id] = &rc;
-  // The median of a case's kept values over the given runs (0 when it has none there).
-  const auto median_over = [](const CaseHistory& c, const std::set<int64_t>& runs) {
-    std::vector<double> v;
-    for (const auto& p : c.points)
-      if (!p.spoiled && runs.count(p.run_id)) v.push_back(p.value);
-    return v.empty() ? 0.0 : stats::median(v);
-  };
-  // A slowdown in time, whichever way the metric points.
-  const auto time_step = [](const CaseHistory& c, double before, double after) {
-    return c.higher_is_better ? before / after - 1 : after / before - 1;
-  };
   for (auto& ch : h.cases) {
     for (size_t k = 0; k < ch.changes.size(); ++k) {
       SeriesChange& x = ch.changes[k];
       if (!x.slowdown) continue;
-      const auto from = static_cast<size_t>(k == 0 ? 0 : ch.changes[k - 1].index);
-      const auto at = static_cast<size_t>(x.index);
-      const size_t to = k + 1 < ch.changes.size() ? static_cast<size_t>(ch.changes[k + 1].index) : ch.points.size();
-      std::set<int64_t> before, after;
-      for (size_t i = from; i < to; ++i)
-        if (!ch.points[i].spoiled) (i < at ? before : after).insert(ch.points[i].run_id);
+      const ChangeRuns runs = change_runs(ch, k);
       std::vector<double> mb, cb, ma, ca;
-      for (const int64_t r : before)
+      for (const int64_t r : runs.before)
         if (canary.count(r)) mb.push_back(canary[r]->memory_s), cb.push_back(canary[r]->compute_s);
-      for (const int64_t r : after)
+      for (const int64_t r : runs.after)
         if (canary.count(r)) ma.push_back(canary[r]->memory_s), ca.push_back(canary[r]->compute_s);
       if (mb.empty() || ma.empty()) continue;
       x.canary_step = std::max(stats::median(ma) / stats::median(mb), stats::median(ca) / stats::median(cb)) - 1;
       x.cases = x.moved = 0;
       for (const auto& other : h.cases) {
-        const double b = median_over(other, before), a = median_over(other, after);
+        const double b = median_over(other, runs.before), a = median_over(other, runs.after);
         if (b <= 0 || a <= 0) continue;
         ++x.cases;
         x.moved += time_step(other, b, a) >= x.canary_step / 2;

@@ -25,6 +25,7 @@
 //                relative spread; preemption makes them erratic. Such a point is left out of that case's
 //                series only (marked `disturbed`): a run whose own median is that uncertain cannot speak to
 //                a threshold-sized change.
+#include <set>
 #include <vector>
 
 #include "reports/history_check.hpp"
@@ -45,6 +46,19 @@ void mark_machine_runs(const std::vector<HistoryRun>& runs, HistoryCheck& h);
 // After every case is judged: marks each slowdown change that is a shared step (SeriesChange::machine,
 // canary_step, cases, moved) and clears the regression of a case whose newest change is one.
 void mark_shared_steps(HistoryCheck& h);
+
+// The runs of ch's kept (not spoiled) points in the segments before and after its change k, each to the
+// neighbouring change or the series' end: the runs a change's step is measured over.
+struct ChangeRuns {
+  std::set<int64_t> before, after;
+};
+[[nodiscard]] ChangeRuns change_runs(const CaseHistory& ch, size_t k);
+
+// The median of c's values over its kept points in `runs`; 0 when it has none there.
+[[nodiscard]] double median_over(const CaseHistory& c, const std::set<int64_t>& runs);
+
+// The slowdown in time from `before` to `after`, two values of c's metric, whichever way it points (> 0: slower).
+[[nodiscard]] double time_step(const CaseHistory& c, double before, double after);
 
 // Marks each case's disturbed points (above; SeriesPoint::disturbed), from their noise bands.
 void mark_disturbed_points(HistoryCheck& h);
