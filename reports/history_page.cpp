@@ -52,20 +52,18 @@ std::string chart(const CaseHistory& c) {
   for (size_t i = 0; i < n; ++i) s << num(px(i), 6) << "," << num(py(c.points[i].hi), 6) << " ";
   for (size_t i = n; i-- > 0;) s << num(px(i), 6) << "," << num(py(c.points[i].lo), 6) << " ";
   s << "'/>";
-  // Change points.
-  for (const auto& x : c.changes) {
+  // Change points (and, for a case named against the other cases, that change: its own series has none there).
+  const auto change_line = [&](const SeriesChange& x, const char* verdict) {
     const double xm = (px(static_cast<size_t>(x.index) - 1) + px(static_cast<size_t>(x.index))) / 2;
     const char* col = x.slowdown ? "#d62728" : "#2ca02c";
     s << "<line class='change' data-run='" << x.first_run_id << "' x1='" << num(xm, 6) << "' x2='" << num(xm, 6)
       << "' y1='" << T << "' y2='" << H - B << "' stroke='" << col << "' stroke-width='2' stroke-dasharray='5,3'/>"
       << "<text x='" << num(xm + 4, 6) << "' y='" << T + 10 << "' fill='" << col << "'>"
       << html_escape(page_commit(x.last_commit_before) + ".." + page_commit(x.first_commit_after)) << " "
-      << percent(x.change, true)
-      << (x.regression ? " REGRESSION"
-          : x.machine  ? " the machine's"
-                       : "")
-      << "</text>";
-  }
+      << percent(x.change, true) << verdict << "</text>";
+  };
+  for (const auto& x : c.changes) change_line(x, x.regression ? " REGRESSION" : x.machine ? " the machine's" : "");
+  if (c.against_others) change_line(c.against.changes.back(), " REGRESSION against the other cases");
   // The series.
   s << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
   for (size_t i = 0; i < n; ++i) s << num(px(i), 6) << "," << num(py(c.points[i].value), 6) << " ";
@@ -123,7 +121,7 @@ std::string history_html(const HistoryCheck& h) {
            : c.too_short || c.cannot_tell || c.machine ? "skipped"
                                                        : "ok")
        << "'>"
-       << (c.regression    ? "REGRESSION"
+       << (c.regression    ? (c.against_others ? "REGRESSION (against the other cases)" : "REGRESSION")
            : c.machine     ? "the machine's (no verdict)"
            : c.too_short   ? "too short"
            : c.cannot_tell ? "cannot tell (spread " + percent(c.spread, false) + ")"

@@ -85,6 +85,10 @@ TEST(CommonMode, ACaseThatFellBehindWhileTheMachineSpedUpIsNamedAgainstTheOthers
   EXPECT_NE(history_check_text(h).find("against the other cases at the same runs"), std::string::npos);
   const auto j = history_json(h);
   EXPECT_TRUE(j.at("cases").at(3).at("against_others").at("named").get<bool>());
+  // The trend page draws that change on w4's chart and says so in the verdicts.
+  const std::string page = history_html(h);
+  EXPECT_NE(page.find("REGRESSION against the other cases</text>"), std::string::npos);
+  EXPECT_NE(page.find("REGRESSION (against the other cases)</td>"), std::string::npos);
 }
 
 TEST(CommonMode, ASlowdownEveryCaseSharedWithinOneBuildIsTheMachinesNotTheCode) {
