@@ -311,7 +311,8 @@ nlohmann::json history_json(const HistoryCheck& h) {
             {"canary_step", x.canary_step},
             {"cases_moved", x.moved},
             {"cases_compared", x.cases},
-            {"machine", x.machine}};
+            {"machine", x.machine},
+            {"common_mode", x.common_mode}};
   };
   json cases = json::array();
   for (const auto& c : h.cases) {

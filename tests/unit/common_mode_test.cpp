@@ -110,6 +110,10 @@ TEST(CommonMode, ASlowdownEveryCaseSharedWithinOneBuildIsTheMachinesNotTheCode) 
     }
   EXPECT_GE(common, 3) << history_check_text(h);
   EXPECT_NE(history_check_text(h).find("and no commit came between"), std::string::npos) << history_check_text(h);
+  int in_json = 0;
+  for (const auto& c : history_json(h).at("cases"))
+    in_json += !c.at("changes").empty() && c.at("changes").back().at("common_mode").get<bool>();
+  EXPECT_EQ(in_json, common);
   // The same step with a commit per run is a change on every case's path: each case a regression.
   n.one_build = false;
   EXPECT_EQ(named(check_history(nightly(n, 5), HistoryCheckOptions{}, "sim")), "w1,w2,w3,w4");
