@@ -111,7 +111,8 @@ TEST(CommonMode, ASlowdownEveryCaseSharedWithinOneBuildIsTheMachinesNotTheCode) 
   EXPECT_GE(common, 3) << history_check_text(h);
   EXPECT_NE(history_check_text(h).find("and no commit came between"), std::string::npos) << history_check_text(h);
   int in_json = 0;
-  for (const auto& c : history_json(h).at("cases"))
+  const auto j = history_json(h);
+  for (const auto& c : j.at("cases"))
     in_json += !c.at("changes").empty() && c.at("changes").back().at("common_mode").get<bool>();
   EXPECT_EQ(in_json, common);
   // The same step with a commit per run is a change on every case's path: each case a regression.
