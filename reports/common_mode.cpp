@@ -60,7 +60,7 @@ CaseHistory relative_series(const HistoryCheck& h, size_t i) {
 
 void settle_common_mode(HistoryCheck& h) {
   for (auto& ch : h.cases) {
-    const AgainstOthers& a = ch.against;
+    AgainstOthers& a = ch.against;
     if (!a.judged || a.too_short) continue;
     if (a.regression && !ch.regression) {
       // The case fell behind the others while its own series could not say so (its spread, or a machine
@@ -76,7 +76,9 @@ void settle_common_mode(HistoryCheck& h) {
       const double b = median_over(ch, runs.before), after = median_over(ch, runs.after);
       if (b <= 0 || after <= 0) continue;
       const double own = time_step(ch, b, after);
-      if (own / (1 + own) <= h.options.threshold) continue;  // its own drop in rate, as the threshold counts it
+      a.own_drop = own / (1 + own);  // its own drop in rate, as the threshold counts it
+      a.behind = a.own_drop <= h.options.threshold;
+      if (a.behind) continue;
       ch.regression = true;
       ch.against_others = true;
       ch.cannot_tell = false;

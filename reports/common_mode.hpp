@@ -18,7 +18,9 @@
 //                    machine's common part removed from the spread); the size must hold in what the user sees.
 //                    Without its own slowdown it is not named: a case the machine slowed less (or more) than
 //                    the others looks fast (slow) against them while it lasts, and a change that sped up every
-//                    other case leaves this one behind unmoved.
+//                    other case leaves this one behind unmoved. It is then "behind the others" (AgainstOthers::
+//                    behind, exit 4): the machine's speed moved at the same runs, and which of the two moved
+//                    it cannot be told from the history.
 //   common mode      a regression of the case's own series that its relative series does not show is the
 //                    machine's when, over the same runs (the segments around the change), at least half of
 //                    the other cases slowed by at least half the case's step (in time), and either the canary

@@ -140,7 +140,9 @@ bool higher_is_better(const std::string& metric, const std::string& unit) {
 int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
   return newest_spoiled || std::any_of(cases.begin(), cases.end(),
-                                       [](const CaseHistory& c) { return c.too_short || c.cannot_tell || c.machine; })
+                                       [](const CaseHistory& c) {
+                                         return c.too_short || c.cannot_tell || c.machine || c.against.behind;
+                                       })
              ? kCompareInconclusive
              : 0;
 }
@@ -256,6 +258,13 @@ std::string history_check_text(const HistoryCheck& h) {
          << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
       if (c.against_others) os << ", against the other cases at the same runs";
     }
+    if (c.against.behind) {
+      const SeriesChange& x = c.against.changes.back();
+      os << "  BEHIND THE OTHERS: " << percent(x.rate_drop, false) << " since run " << x.first_run_id
+         << " against the other cases (p = " << num(x.p_value, 2) << "), while its own rate moved "
+         << percent(-c.against.own_drop, true)
+         << " over the same runs: the machine's speed moved with it, so it is not named";
+    }
     if (c.machine) {
       ++machine;
       os << "  MACHINE: the newest change came with the machine's (the canary and most cases slowed together): "
@@ -350,6 +359,8 @@ nlohmann::json history_json(const HistoryCheck& h) {
                        {"spread", c.against.spread},
                        {"regression", c.against.regression},
                        {"named", c.against_others},
+                       {"own_drop", c.against.own_drop},
+                       {"behind", c.against.behind},
                        {"changes", against}}}});
   }
   json canary = json::array();
