@@ -86,7 +86,8 @@ void settle_common_mode(HistoryCheck& h) {
       continue;
     }
     if (!ch.regression || a.regression || ch.changes.empty()) continue;
-    // Its own series slowed and its relative series did not: did the others and the canary move with it?
+    // Its own series slowed and its relative series did not: did the others and the canary move with it? If
+    // not, it is not confirmed.
     SeriesChange& x = ch.changes.back();
     const ChangeRuns runs = change_runs(ch, ch.changes.size() - 1);
     const double own = time_step(ch, x.before, x.after);
@@ -102,7 +103,18 @@ void settle_common_mode(HistoryCheck& h) {
     // between the runs (nothing in the code could have moved them). A new commit and a quiet canary: a change
     // on a path every case runs, a regression.
     const bool one_commit = !x.last_commit_before.empty() && x.last_commit_before == x.first_commit_after;
-    if (cases == 0 || 2 * moved < cases || (x.canary_step < own / 2 && !one_commit)) continue;
+    const bool shared = cases > 0 && 2 * moved >= cases;
+    if (!shared) {
+      // Neither the case's alone (the relative series would show it) nor every case's: part of its step was
+      // the machine's moving the cases unequally, and what is left does not clear the relative spread.
+      a.unconfirmed = true;
+      a.others = cases;
+      a.others_moved = moved;
+      x.regression = false;
+      ch.regression = false;
+      continue;
+    }
+    if (x.canary_step < own / 2 && !one_commit) continue;
     x.cases = cases + 1;
     x.moved = moved + 1;
     x.machine = x.common_mode = true;

@@ -141,7 +141,8 @@ int HistoryCheck::exit_status() const {
   if (std::any_of(cases.begin(), cases.end(), [](const CaseHistory& c) { return c.regression; })) return 1;
   return newest_spoiled || std::any_of(cases.begin(), cases.end(),
                                        [](const CaseHistory& c) {
-                                         return c.too_short || c.cannot_tell || c.machine || c.against.behind;
+                                         return c.too_short || c.cannot_tell || c.machine || c.against.behind ||
+                                                c.against.unconfirmed;
                                        })
              ? kCompareInconclusive
              : 0;
@@ -258,6 +259,14 @@ std::string history_check_text(const HistoryCheck& h) {
          << short_commit(x.first_commit_after) << "), beyond the threshold " << percent(h.options.threshold, false);
       if (c.against_others) os << ", against the other cases at the same runs";
     }
+    if (c.against.unconfirmed) {
+      const SeriesChange& x = c.changes.back();
+      os << "  NOT CONFIRMED: slower by " << percent(x.rate_drop, false) << " since run " << x.first_run_id
+         << " in its own series, but not against the other cases (" << c.against.others_moved << " of "
+         << c.against.others
+         << " others slowed by half as much at the same runs): part of the step is the machine's moving the cases "
+            "unequally, and the rest does not clear the spread; rerun";
+    }
     if (c.against.behind) {
       const SeriesChange& x = c.against.changes.back();
       os << "  BEHIND THE OTHERS: " << percent(x.rate_drop, false) << " since run " << x.first_run_id
@@ -361,6 +370,7 @@ nlohmann::json history_json(const HistoryCheck& h) {
                        {"named", c.against_others},
                        {"own_drop", c.against.own_drop},
                        {"behind", c.against.behind},
+                       {"unconfirmed", c.against.unconfirmed},
                        {"changes", against}}}});
   }
   json canary = json::array();

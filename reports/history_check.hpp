@@ -27,8 +27,8 @@
 //                in the newest runs could hide in the spread, so "no regression" would not be honest
 //   the machine  runs the machine spoiled, and changes that came with it: reports/machine_runs.hpp
 // exit_status(): 1 on any regression, else kCompareInconclusive (4) when any selected case is too short,
-// cannot tell, is behind the others (common_mode.hpp) or its newest change is the machine's, or one of the newest
-// min_segment runs is the machine's (nothing honest can be said about them), else 0.
+// cannot tell, is behind the others or unconfirmed (common_mode.hpp) or its newest change is the machine's, or one of
+// the newest min_segment runs is the machine's (nothing honest can be said about them), else 0.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -102,6 +102,9 @@ struct AgainstOthers {
   bool regression = false;  // the relative series' newest change is a slowdown beyond the threshold
   double own_drop = 0;      // the case's own drop in rate over that change's runs (when regression)
   bool behind = false;      // regression at p <= kAgainstOthersAlpha x alpha, not named: own_drop within threshold
+  // The case's own regression, not seen against the others, and not shared by them either: not named.
+  bool unconfirmed = false;
+  int64_t others = 0, others_moved = 0;  // then: the other cases, and those that slowed >= half its step
 };
 
 struct CaseHistory {
