@@ -105,8 +105,10 @@ void settle_common_mode(HistoryCheck& h) {
     const bool one_commit = !x.last_commit_before.empty() && x.last_commit_before == x.first_commit_after;
     const bool shared = cases > 0 && 2 * moved >= cases;
     if (!shared) {
-      // Neither the case's alone (the relative series would show it) nor every case's: part of its step was
-      // the machine's moving the cases unequally, and what is left does not clear the relative spread.
+      // No other case moved with it: its own step stands, whatever the relative series' power (the others'
+      // noise widens that series' spread). Some did, but not half: part of its step was the machine's
+      // moving the cases unequally, and what is left does not clear the relative spread.
+      if (moved == 0) continue;
       a.unconfirmed = true;
       a.others = cases;
       a.others_moved = moved;

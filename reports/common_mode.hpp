@@ -29,10 +29,11 @@
 //                    verdict (CaseHistory::machine; exit 4). With a new commit there and a quiet canary it
 //                    stays a regression: a change on a path every case runs slows them all alike.
 //   not confirmed    a regression of the case's own series that its relative series does not show, and that
-//                    fewer than half of the other cases shared: neither the case's alone (the relative series
-//                    would show it, the common factor being flat) nor every case's. Part of the step is the
-//                    machine's moving the cases unequally, and the rest does not clear the relative spread:
-//                    not named (AgainstOthers::unconfirmed; exit 4).
+//                    some but fewer than half of the other cases shared (slowed by half its step at the same
+//                    runs): neither every case's nor the case's alone. Part of the step is the machine's moving
+//                    the cases unequally, and the rest does not clear the relative spread: not named
+//                    (AgainstOthers::unconfirmed; exit 4). Where no other case moved, the step is the case's
+//                    own and stays a regression, whatever the relative series' power.
 #include <cstdint>
 
 #include "reports/history_check.hpp"
