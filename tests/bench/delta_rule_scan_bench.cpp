@@ -2,7 +2,7 @@
 // (kernels/mixers/gdn/gdn_scan.hpp), forward pass, float32 on CPU, one row of S tokens, 2 heads of
 // dk = dv = 128, unit-norm keys, log decays -softplus(N(-3, 1)), a document reset at S/3. Each iteration
 // times the chunked form and the recurrence on the same inputs, without a graph (NoGradGuard: the
-// chunked form's blocked route, gdn_scan.hpp).
+// chunked form's fused inference route, delta_rule_fused.hpp).
 //   BM_GdnScan/S     Gated DeltaNet (Qwen3-Next's dims): one decay per head, chunk kGdnChunk.
 //   BM_KdaScan/S/Q   Kimi Delta Attention (Kimi Linear's dims): one decay per head and key channel
 //                    (g [R, S, H, dk]), chunk Q (the layer's default is kGdnChunk = 64).

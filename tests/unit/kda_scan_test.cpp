@@ -1,7 +1,8 @@
 // The delta rule with a per-channel decay (Kimi Delta Attention; kernels/mixers/gdn/gdn_scan.hpp with g
 // [R, L, H, dk]): the chunked form against the token-by-token recurrence in float64 (values, final state
 // and every gradient, chunk lengths that do and do not divide the row, resets at and away from chunk
-// boundaries, with an initial state, decays from a token's to hundreds of tokens' reach per channel),
+// boundaries, with an initial state, decays from a token's to hundreds of tokens' reach per channel;
+// without a graph also the blocked factors and the fused inference form),
 // the recurrence against a token worked by hand, the scalar gate as the per-channel one's broadcast, and
 // bfloat16 computed in float32 without overflow at strong decays.
 #include <gtest/gtest.h>
@@ -82,9 +83,9 @@ TEST(KdaScan, TheSummaryIsTheStretchsAffineMap) {
 }
 
 TEST(KdaScan, WithoutAGraphTheBlockedFormMatchesTheRecurrence) {
-  // Without autograd (no input requires grad) rows longer than 512 tokens run in blocks of chunks
-  // (gdn_scan.cpp, blocked_chunk_factors, and the in-place apply): 1200 tokens are 3 blocks at every chunk
-  // here. Documents of 300 and 212 end exactly at a block start (512) at chunk 16 and inside one at 7, 64
+  // Without autograd (no input requires grad) delta_rule_chunks on rows longer than 512 tokens runs in
+  // blocks of chunks (gdn_scan.cpp, blocked_chunk_factors, and the in-place apply; state passing's
+  // route): 1200 tokens are 3 blocks at every chunk here. Documents of 300 and 212 end exactly at a block start (512) at chunk 16 and inside one at 7, 64
   // and 100; one of 5 tokens follows; the block after a reset starts in a new group. Values, final state
   // and the summary's T S0 + C, both gates, to float64 rounding. Weak decays (x 0.02), so that the state
   // carries across blocks.
@@ -96,8 +97,9 @@ TEST(KdaScan, WithoutAGraphTheBlockedFormMatchesTheRecurrence) {
     const GdnScanResult r = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group, in.initial);
     for (const int64_t chunk : {7, 16, 64, 100}) {
       const std::string what = std::string(channel ? "per-channel" : "per-head") + " gate, chunk " + std::to_string(chunk);
-      const GdnScanResult c = gdn_chunk_scan(in.q, in.k, in.v, g, in.beta, in.group, chunk, in.initial);
-      const DeltaRuleSummary sum = delta_rule_summary(delta_rule_chunks(in.q, in.k, in.v, g, in.beta, in.group, chunk));
+      const DeltaRuleChunks factors = delta_rule_chunks(in.q, in.k, in.v, g, in.beta, in.group, chunk);
+      const GdnScanResult c = delta_rule_apply(factors, in.initial);
+      const DeltaRuleSummary sum = delta_rule_summary(factors);
       const double d = std::max({rel(c.o, r.o), rel(c.final_state, r.final_state),
                                  rel(at::matmul(sum.transition, in.initial) + sum.contribution, r.final_state)});
       EXPECT_LT(d, 1e-12) << what;
@@ -105,6 +107,30 @@ TEST(KdaScan, WithoutAGraphTheBlockedFormMatchesTheRecurrence) {
     }
   }
   std::printf("KdaScan: worst relative difference blocked vs recurrence (float64, no graph): %.3g\n", worst);
+}
+
+TEST(KdaScan, WithoutAGraphTheFusedFormMatchesTheRecurrence) {
+  // Inference (no graph) runs gdn_chunk_scan fused per (row, head) (delta_rule_fused.hpp). Chunks that
+  // do and do not divide the row (7, 100: not whole vectors of 16 either), resets at and inside chunks,
+  // one-token documents, an initial state, both gates; decays x 0.02 (every chunk takes one reference),
+  // x 1 (some channels decay past kFusedDecayRange within a chunk: halves) and x 10 (down to single
+  // tokens). Values and final state against the float64 recurrence.
+  at::NoGradGuard no_grad;
+  double worst = 0;
+  for (const double scale : {0.02, 1.0, 10.0}) {
+    Inputs in = draw(kGate, 2, 300, 3, 8, 6, {64, 37, 1, 1, 90}, 29, true, scale);
+    for (const bool channel : {true, false}) {
+      const at::Tensor g = channel ? in.g : in.g.select(3, 0);
+      const GdnScanResult r = gdn_recurrence(in.q, in.k, in.v, g, in.beta, in.group, in.initial);
+      for (const int64_t chunk : {1, 7, 16, 64, 100}) {
+        const GdnScanResult c = gdn_chunk_scan(in.q, in.k, in.v, g, in.beta, in.group, chunk, in.initial);
+        const double d = std::max(rel(c.o, r.o), rel(c.final_state, r.final_state));
+        EXPECT_LT(d, 1e-12) << (channel ? "per-channel" : "per-head") << " gate, decays x " << scale << ", chunk " << chunk;
+        worst = std::max(worst, d);
+      }
+    }
+  }
+  std::printf("KdaScan: worst relative difference fused vs recurrence (float64, no graph): %.3g\n", worst);
 }
 
 TEST(KdaScan, TheScalarGateIsItsBroadcast) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/mixers/gdn/decayed_products.hpp"
+#include "kernels/mixers/gdn/delta_rule_fused.hpp"
 #include "kernels/mixers/linear/scan_plan.hpp"  // masked_exp, pad_sequence
 #include "sharders/core/check.hpp"
 
@@ -224,6 +225,11 @@ GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at:
   if (L == 0) {
     const auto ct = q.options().dtype(recurrence_dtype(q.scalar_type()));
     return {at::zeros({R, 0, H, dv}, q.options()), initial.defined() ? initial.to(ct) : at::zeros({R, H, dk, dv}, ct)};
+  }
+  if (!records_grad({q, k, v, g, beta, initial})) {  // inference: the fused form, float32 at least
+    const auto f = [&](const at::Tensor& t) { return gdn_low_precision(q) ? t.to(at::kFloat) : t; };
+    const GdnScanResult r = delta_rule_fused_scan(f(q), f(k), f(v), f(g), f(beta), group, chunk, initial);
+    return {r.o.to(q.scalar_type()), r.final_state};
   }
   const GdnScanResult r = delta_rule_apply(delta_rule_chunks(q, k, v, g, beta, group, chunk), initial);
   return {r.o.to(q.scalar_type()), r.final_state};

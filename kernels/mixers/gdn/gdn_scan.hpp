@@ -70,7 +70,8 @@ struct DeltaRuleSummary {
 [[nodiscard]] GdnScanResult delta_rule_apply(const DeltaRuleChunks& chunks, const at::Tensor& initial = {});
 [[nodiscard]] DeltaRuleSummary delta_rule_summary(const DeltaRuleChunks& chunks);
 
-// delta_rule_apply(delta_rule_chunks(...), initial), o rounded back to q's dtype.
+// delta_rule_apply(delta_rule_chunks(...), initial), o rounded back to q's dtype. Without a graph (grad
+// mode off, or no input requiring grad): the same form fused per (row, head) (delta_rule_fused.hpp).
 [[nodiscard]] GdnScanResult gdn_chunk_scan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                            const at::Tensor& g, const at::Tensor& beta, const at::Tensor& group,
                                            int64_t chunk = kGdnChunk, const at::Tensor& initial = {});
