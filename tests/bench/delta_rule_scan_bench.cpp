@@ -7,8 +7,9 @@
 //   BM_KdaScan/S/Q   Kimi Delta Attention (Kimi Linear's dims): one decay per head and key channel
 //                    (g [R, S, H, dk]), chunk Q (the layer's default is kGdnChunk = 64).
 // Counters: chunked_s, recurrence_s (per iteration), x_recurrence = recurrence / chunked time (target
-// >= 20 at S = 16384, Q = 64: that row repeats kTargetRounds times; quote its _median and _min rows), rel_diff = max |chunked - recurrence| / max |recurrence| (float32 rounding; the
-// float64 agreement is tests/unit/{gdn,kda}_scan_test.cpp's), GFLOPs = chunked FLOPs / s (gdn_scan_flops).
+// >= 20 at S = 16384, Q = 64: that row repeats kTargetRounds times; quote its _median and _min rows),
+// rel_diff = max |chunked - recurrence| / max |recurrence| (float32 rounding; the float64 agreement is
+// tests/unit/{gdn,kda}_scan_test.cpp's), GFLOPs = chunked FLOPs / s (gdn_scan_flops).
 #include <benchmark/benchmark.h>
 
 #include <ATen/ATen.h>

@@ -57,9 +57,8 @@ ScriptRun run_scale_check(const std::string& out, const std::string& scenarios, 
 std::string scratch(const std::string& name) { return "/tmp/cpbench_scale_check_" + name; }
 
 TEST(ScaleCheck, CountsWhatEachScenarioRan) {
-  const ScriptRun r =
-      run_scale_check(scratch("ok"), "scenarios/mla_latent.yaml scenarios/sliding_layers.yaml",
-                      "--filter 'load_balanced/a2a/cp2/' --budget 240");
+  const ScriptRun r = run_scale_check(scratch("ok"), "scenarios/mla_latent.yaml scenarios/sliding_layers.yaml",
+                                      "--filter 'load_balanced/a2a/cp2/' --budget 240");
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_TRUE(r.summary.is_object()) << r.output;
   EXPECT_TRUE(r.summary["all_ok"].get<bool>());
