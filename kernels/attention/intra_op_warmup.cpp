@@ -7,6 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 
+// at::parallel_for's OpenMP backend is a pragma compiled here: without -fopenmp every range would run on
+// the calling thread (CMakeLists.txt, CPBENCH_OPENMP_SOURCES).
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "this file must be compiled with -fopenmp (CMakeLists.txt: CPBENCH_OPENMP_SOURCES)"
+#endif
+
 namespace cpbench::kernels {
 
 namespace {
