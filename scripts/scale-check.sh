@@ -39,6 +39,7 @@ export LD_LIBRARY_PATH="$ROOT/.debs/prebuilt/lib${TORCH_PKG:+:$TORCH_PKG/lib}${L
 n=0
 for s in $SCENARIOS; do n=$((n + 1)); done
 share=$((BUDGET / n))
+[ "$share" -ge 1 ] || share=1  # timeout 0 would mean no limit
 rows=()
 for s in $SCENARIOS; do
   name=$(basename "$s" .yaml)

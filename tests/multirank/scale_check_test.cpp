@@ -4,11 +4,14 @@
 // status must follow a failing case and a scenario that ran out of its budget.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,7 +57,16 @@ ScriptRun run_scale_check(const std::string& out, const std::string& scenarios, 
   return r;
 }
 
-std::string scratch(const std::string& name) { return "/tmp/cpbench_scale_check_" + name; }
+// Per process: two clones' test runs at once must not share a folder.
+std::string scratch(const std::string& name) {
+  return "/tmp/cpbench_scale_check_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// A passing test leaves nothing behind; a failing one keeps its folders to read.
+void remove_unless_failed(const std::vector<std::string>& paths) {
+  if (::testing::Test::HasFailure()) return;
+  for (const auto& p : paths) std::system(("rm -rf '" + p + "'").c_str());
+}
 
 TEST(ScaleCheck, CountsWhatEachScenarioRan) {
   const ScriptRun r = run_scale_check(scratch("ok"), "scenarios/mla_latent.yaml scenarios/sliding_layers.yaml",
@@ -69,6 +81,7 @@ TEST(ScaleCheck, CountsWhatEachScenarioRan) {
   EXPECT_EQ(s[1]["scenario"], "sliding_layers");
   EXPECT_EQ(s[1]["ok"], 1);
   EXPECT_EQ(s[0]["budget_s"], 120);
+  remove_unless_failed({scratch("ok")});
 }
 
 TEST(ScaleCheck, AFailingCaseOrAnExhaustedBudgetIsNotOk) {
@@ -89,7 +102,7 @@ TEST(ScaleCheck, AFailingCaseOrAnExhaustedBudgetIsNotOk) {
   EXPECT_FALSE(late.summary["all_ok"].get<bool>());
   EXPECT_EQ(late.summary["scenarios"][0]["exit"], 124);
   EXPECT_EQ(late.summary["scenarios"][0]["why"], "timed out");
-  std::remove(yaml.c_str());
+  remove_unless_failed({yaml, scratch("fail"), scratch("late")});
 }
 
 }  // namespace
