@@ -7,10 +7,10 @@
 #
 #   bash scripts/scale-check.sh [--filter REGEX] [--budget SECONDS]
 #
-# --filter: the cases to run (default 'cp8/': the W = 8 cases, 24 + 2 x 22; '' runs W = 5, 6 and 8).
+# --filter: the cases to run (default 'cp8/': the W = 8 cases, 24 in each of the three; '' runs W = 5, 6 and 8).
 # --budget: seconds for all the scenarios together (default 200), split evenly, each under `timeout`.
 # CPBENCH_SCALE_SCENARIOS (space-separated YAML paths) and CPBENCH_SCALE_BIN (a cpbench) replace the
-# defaults; tests/unit/scale_check_test.cpp runs the script that way on this machine at W = 2.
+# defaults; tests/multirank/scale_check_test.cpp runs the script that way on this machine at W = 2.
 # Writes $OUT/scale-summary.json (each scenario: exit status, seconds, ok / failed / skipped counts;
 # `all_ok`), $OUT/scale-summary.md and, per scenario, $OUT/<name>.log and $OUT/<name>/report.md. Exits 0
 # when every scenario ran every case it selected and none failed.
