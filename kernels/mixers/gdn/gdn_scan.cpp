@@ -101,10 +101,14 @@ bool records_grad(std::initializer_list<at::Tensor> ts) {
   return std::any_of(ts.begin(), ts.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
 }
 
-// Without a graph: the chunks in blocks of about kBlockTokens tokens, one block per intra-op thread at a
-// time, each block's ATen ops single-threaded on tensors that stay in the core's cache (whole-row
-// elementwise passes are memory-bound on a CPU). The same ops per chunk as one call; the block's
-// entering group is the previous block's last.
+// Without a graph: the chunks in blocks of about kBlockTokens tokens, each block's ATen ops
+// single-threaded on tensors that stay in the core's cache (whole-row elementwise passes are memory-bound
+// on a CPU). The same ops per chunk as one call; the block's entering group is the previous block's last.
+// The at::parallel_for below runs its whole range on the calling thread: its OpenMP backend is a pragma
+// compiled into this file, which is built without -fopenmp (CMakeLists.txt, CPBENCH_OPENMP_SOURCES); it
+// still sets ATen's parallel guard, which keeps each block's ops single-threaded. Fanning the blocks out
+// would first need the caller's thread-local state (grad mode, inference mode, the current CUDA stream)
+// carried into the workers: at::parallel_for does not carry it (ATen/Parallel-inl.h).
 constexpr int64_t kBlockTokens = 512;
 
 DeltaRuleChunks blocked_chunk_factors(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -153,8 +157,9 @@ DeltaRuleChunks delta_rule_chunks(const at::Tensor& q_in, const at::Tensor& k_in
 
 namespace {
 
-// delta_rule_apply without a graph: each (row, head)'s chunks in order on one intra-op thread, in place
-// (the state, u and each chunk's outputs written where they land; no per-chunk state kept).
+// delta_rule_apply without a graph: each (row, head)'s chunks in order, in place (the state, u and each
+// chunk's outputs written where they land; no per-chunk state kept). The (row, head)s run one after
+// another on the calling thread, for the reason at blocked_chunk_factors.
 GdnScanResult apply_without_graph(const DeltaRuleChunks& c, const at::Tensor& initial) {
   const int64_t R = c.U.size(0), H = c.U.size(1), nc = c.U.size(2), Q = c.U.size(3), dv = c.U.size(4);
   at::Tensor state = initial.clone(at::MemoryFormat::Contiguous);
