@@ -24,7 +24,7 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
                  "a Hugging Face config.json (model_type " + types + "), or a shipped one by name: " + models +
                      " (or cpbench's " + tiny + ")");
   cmd.add_option("--layers", o.layers,
-                 "mixer layers (overrides the model; a hybrid keeps its share of attention layers, spread evenly)");
+                 "mixer layers (overrides the model; each layer kind, mixers and sliding / full attention, keeps its share and interleave)");
   cmd.add_option("--hidden", o.hidden, "hidden size");
   cmd.add_option("--heads", o.heads, "query heads (a model's query heads per kv head are kept)");
   cmd.add_option("--kv-heads", o.kv_heads, "key/value heads");
@@ -79,6 +79,7 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
   if (config_path || find_shipped_model(o.model)) {
     // A real model's config: the size flags override it keeping its ratios (HfModel's with_overrides).
     ModelOverrides ov;
+    ov.key = "--";
     ov.layers = o.layers;
     ov.hidden = o.hidden;
     ov.heads = o.heads;
@@ -89,7 +90,7 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
     if (!o.model.empty()) r.model = plan::model_preset(o.model);
     if (o.layers > 0) {
       r.model.layers = o.layers;
-      if (!r.model.mixers.empty()) r.model.mixers = resample_mixers(r.model.mixers, o.layers);
+      if (!r.model.mixers.empty()) r.model.mixers = resample_mixers(r.model.mixers, o.layers, "--layers", r.model.name + "'s mixer layers");
     }
     if (o.hidden > 0) r.model.hidden = o.hidden;
     if (o.heads > 0) r.model.heads = o.heads;

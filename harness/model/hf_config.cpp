@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -298,23 +299,22 @@ HfModel with_overrides(const HfModel& m, const ModelOverrides& o) {
   r.name = m.name + "+custom";
   const auto L = static_cast<int64_t>(m.mixers.size());
   if (!o.mixers.empty() || o.layers > 0) {
-    r.mixers = !o.mixers.empty() ? o.mixers : resample_mixers(m.mixers, o.layers);
+    const std::string key = o.key + (!o.mixers.empty() ? "mixers" : "layers");
+    r.mixers = !o.mixers.empty() ? o.mixers : resample_mixers(m.mixers, o.layers, key, m.name + "'s mixer layers");
     const auto n = static_cast<int64_t>(r.mixers.size());
-    // The k-th of the a new attention layers takes the flags of the attention layer it samples among
-    // the file's A: number floor((2k + 1) A / (2a)), the spreading resample_mixers uses. Sampling among
-    // all layers would hand an attention layer an SSM layer's (absent) flags.
-    std::vector<int64_t> attention;
+    // The attention layers' sliding / full pattern resampled onto the new attention layers, by the same
+    // rule as the mixers (sampling among all layers would hand an attention layer an SSM layer's absent flag).
+    std::string kinds;
     for (int64_t i = 0; i < L; ++i)
-      if (m.mixers[static_cast<size_t>(i)] == 'A') attention.push_back(i);
-    const auto A = static_cast<int64_t>(attention.size());
-    const auto a = static_cast<int64_t>(std::count(r.mixers.begin(), r.mixers.end(), 'A'));
+      if (m.mixers[static_cast<size_t>(i)] == kDefaultMixer) kinds += m.sliding[static_cast<size_t>(i)] ? 'S' : 'F';
+    const auto a = static_cast<int64_t>(std::count(r.mixers.begin(), r.mixers.end(), kDefaultMixer));
+    const std::string flags =
+        kinds.empty() ? std::string(static_cast<size_t>(a), 'F')
+                      : resample_layer_pattern(kinds, a, key, m.name + "'s attention layers",
+                                               [](char k) { return std::string(k == 'S' ? "sliding_attention" : "full_attention"); });
     r.sliding.assign(static_cast<size_t>(n), false);
-    for (int64_t i = 0, k = 0; i < n && A > 0; ++i) {
-      if (r.mixers[static_cast<size_t>(i)] != 'A') continue;
-      const int64_t src = attention[static_cast<size_t>((2 * k + 1) * A / (2 * a))];
-      r.sliding[static_cast<size_t>(i)] = m.sliding[static_cast<size_t>(src)];
-      ++k;
-    }
+    for (int64_t i = 0, k = 0; i < n; ++i)
+      if (r.mixers[static_cast<size_t>(i)] == kDefaultMixer) r.sliding[static_cast<size_t>(i)] = flags[static_cast<size_t>(k++)] == 'S';
     if (r.sliding_layers() == 0) r.sliding_window = 0;
     const auto scale = [&](int64_t k) {
       return L > 0 ? static_cast<int64_t>(std::llround(static_cast<double>(k) * static_cast<double>(n) / static_cast<double>(L)))
@@ -345,19 +345,63 @@ HfModel with_overrides(const HfModel& m, const ModelOverrides& o) {
   return r;
 }
 
-std::string resample_mixers(const std::string& mixers, int64_t n) {
-  const auto L = static_cast<int64_t>(mixers.size());
-  if (n == L || L == 0) return n == L ? mixers : std::string(static_cast<size_t>(std::max<int64_t>(n, 0)), 'A');
-  const auto A = static_cast<int64_t>(std::count(mixers.begin(), mixers.end(), 'A'));
-  int64_t a = static_cast<int64_t>(std::llround(static_cast<double>(n) * static_cast<double>(A) / static_cast<double>(L)));
-  if (A > 0 && n >= 1) a = std::max<int64_t>(a, 1);
-  if (A < L && n >= 2) a = std::min<int64_t>(a, n - 1);
-  a = std::min(a, n);
-  const auto other = mixers.find_first_not_of('A');
-  std::string out(static_cast<size_t>(n), other == std::string::npos ? 'A' : mixers[other]);
-  for (int64_t k = 0; k < a; ++k)
-    out[static_cast<size_t>((2 * k + 1) * n / (2 * a))] = 'A';
+std::string resample_layer_pattern(const std::string& pattern, int64_t n, const std::string& key,
+                                   const std::string& what, const std::function<std::string(char)>& kind_name) {
+  const auto L = static_cast<int64_t>(pattern.size());
+  if (n <= 0 || L == 0) return "";
+  if (n == L) return pattern;
+  // The kinds in order of first appearance, each with its layers' positions.
+  std::vector<char> kinds;
+  std::vector<std::vector<int64_t>> at;
+  for (int64_t i = 0; i < L; ++i) {
+    const char c = pattern[static_cast<size_t>(i)];
+    const auto kind = static_cast<size_t>(std::find(kinds.begin(), kinds.end(), c) - kinds.begin());
+    if (kind == kinds.size()) kinds.push_back(c), at.emplace_back();
+    at[kind].push_back(i);
+  }
+  const auto K = static_cast<int64_t>(kinds.size());
+  if (n < K) {
+    std::string counts;
+    for (size_t i = 0; i < kinds.size(); ++i)
+      counts += (i == 0 ? "" : ", ") + std::to_string(at[i].size()) + " " + kind_name(kinds[i]);
+    throw UsageError(key + ": " + what + " resampled to " + std::to_string(n) + " cannot keep each kind (" + counts +
+                     "); give at least " + std::to_string(K) + " (resampling keeps every kind and its share)");
+  }
+  // Largest remainder of n c_i / L (ties: the kind seen first), then at least one layer of each kind,
+  // taken from the kind that has the most.
+  std::vector<int64_t> count(kinds.size());
+  std::vector<std::pair<int64_t, size_t>> remainder;  // (n c_i mod L, i)
+  int64_t given = 0;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto c = static_cast<int64_t>(at[i].size());
+    count[i] = n * c / L, given += count[i];
+    remainder.emplace_back(n * c % L, i);
+  }
+  std::stable_sort(remainder.begin(), remainder.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (int64_t k = 0; given < n; ++k, ++given) ++count[remainder[static_cast<size_t>(k)].second];
+  for (auto& c : count)
+    if (c == 0) {
+      ++c;
+      --*std::max_element(count.begin(), count.end());
+    }
+  // Kind i's k-th layer is its file layer floor((2k + 1) c_i / (2 a_i)); the picks keep the file's order.
+  std::vector<int64_t> picks;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto c = static_cast<int64_t>(at[i].size());
+    for (int64_t k = 0; k < count[i]; ++k) picks.push_back(at[i][static_cast<size_t>((2 * k + 1) * c / (2 * count[i]))]);
+  }
+  std::stable_sort(picks.begin(), picks.end());
+  std::string out;
+  for (const int64_t p : picks) out += pattern[static_cast<size_t>(p)];
   return out;
+}
+
+std::string resample_mixers(const std::string& mixers, int64_t n, const std::string& key, const std::string& what) {
+  if (mixers.empty()) return std::string(static_cast<size_t>(std::max<int64_t>(n, 0)), kDefaultMixer);
+  return resample_layer_pattern(mixers, n, key, what, [](char letter) {
+    for (const Mixer* mx : mixers_in(std::string(1, letter))) return mx->name();
+    return std::string(1, letter);
+  });
 }
 
 }  // namespace cpbench

@@ -47,6 +47,7 @@
 // The shipped configs (scenarios/models/*.json, the published dimensions of real models, no weights)
 // are compiled into the binary and reachable by name (shipped_model).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,7 @@ struct ShippedModel {
 // Explicit sizes that replace the file's (0 / empty = keep the file's): a scenario's model keys or the
 // planner's flags. `key` names them in messages ("model." or "--").
 struct ModelOverrides {
+  std::string key = "model.";
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ffn = 0;
   std::string mixers;
   int64_t ssm_heads = 0, ssm_head_dim = 0, ssm_state = 0, ssm_groups = 0, ssm_conv = 0;
@@ -115,22 +117,34 @@ struct ModelOverrides {
 // `m` shrunk or grown by `o`, keeping what o does not name in proportion (so a CPU run keeps a real
 // model's head ratios and layer pattern):
 //   layers without mixers   mixers = resample_mixers(m.mixers, layers); MLP blocks scale with the mixer
-//                           layers. Sliding flags (layers or mixers given): the k-th of the a new
-//                           attention layers takes the flag of the file's attention layer number
-//                           floor((2k + 1) A / (2a)) of its A (all-attention models: the layer at
-//                           floor((2i + 1) L / (2n)))
+//                           layers. Sliding flags (layers or mixers given): the file's attention layers'
+//                           sliding / full pattern resampled (resample_layer_pattern) onto the new
+//                           attention layers, so both kinds keep their share; UsageError naming
+//                           <key>layers (or <key>mixers) and both counts when too few attention layers
+//                           are left to keep both
 //   heads without kv_heads  kv_heads = max(1, heads / (m.heads / m.kv_heads)): query heads per kv head kept
 //   hidden or heads         head_dim = hidden / heads unless head_dim is given
 //   ssm_heads w/o groups    groups = max(1, ssm_heads / (m.ssm.heads / m.ssm.groups))
 // The result is not validated here (ModelConfig::validate and the planner's checks name the key).
 [[nodiscard]] HfModel with_overrides(const HfModel& m, const ModelOverrides& o);
 
-// `mixers` resampled to `n` layers keeping its proportion of attention layers and spreading them
-// evenly: round(n * A / L) attention layers (at least one when `mixers` has any and n >= 1, and at
-// most n - 1 when it also has SSM layers and n >= 2), the k-th at position floor((k + 0.5) n / a); the
-// other layers take the first non-attention letter of `mixers` (M or G).
-// Nemotron-H-8B's 28 mixers (4 attention) at n = 4 -> "MMAM"; Jamba's 32 (period 8, offset 4) at
-// n = 8 -> "MMMMAMMM". Identity when n == mixers.size().
-[[nodiscard]] std::string resample_mixers(const std::string& mixers, int64_t n);
+// A per-layer pattern (one character per layer, each a kind: a mixer's letter, or S / F for an attention
+// layer's sliding / full) resampled to `n` layers, keeping each kind's share and the file's interleave:
+//   counts  kind i, c_i of the L layers, gets a_i: the largest-remainder rounding of n c_i / L (a tie goes
+//           to the kind seen first), then at least one layer of every kind, taken from the kind with the
+//           most (the first such)
+//   layers  kind i's k-th is the file's layer floor((2k + 1) c_i / (2 a_i)) of that kind's c_i, and the
+//           picks keep the file's order: for n < L the result is a subsequence of the file's layers
+// Identity when n == L; "" when n <= 0. Throws UsageError "<key>: <what> resampled to n cannot keep each
+// kind (c_1 <kind_name(k_1)>, c_2 ...); give at least K ..." when n is below the number of kinds K.
+// gpt-oss's 24 alternating "SFSF..." at n = 4 -> "SFSF", n = 3 -> "SFS"; n = 1 refused.
+[[nodiscard]] std::string resample_layer_pattern(const std::string& pattern, int64_t n, const std::string& key,
+                                                 const std::string& what,
+                                                 const std::function<std::string(char)>& kind_name);
+// `mixers` (the registry's letters) resampled to `n` layers by resample_layer_pattern, a kind named by its
+// mixer's registry name. Nemotron-H-8B's 28 mixers (4 attention) at n = 4 -> "MMAM"; Jamba's 32
+// (period 8, offset 4) at n = 8 -> "MMMMAMMM". "" (every layer attention) -> n attention layers.
+[[nodiscard]] std::string resample_mixers(const std::string& mixers, int64_t n, const std::string& key = "layers",
+                                          const std::string& what = "the mixer layers");
 
 }  // namespace cpbench

@@ -176,7 +176,13 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
   if (m["config"]) {
     // A real model's config.json: the explicit keys above override the file, keeping its ratios.
     const HfModel base = read_model_config(c, read_str(c, m["config"], "model.config"));
-    model = test_model_of(c, with_overrides(base, o));
+    HfModel shrunk;
+    try {
+      shrunk = with_overrides(base, o);
+    } catch (const UsageError& e) {
+      throw UsageError(c.file + ": " + e.what());
+    }
+    model = test_model_of(c, shrunk);
     apply_sizes(model, true);
   } else {
     if (m["preset"]) {

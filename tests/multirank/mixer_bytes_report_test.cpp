@@ -84,8 +84,12 @@ TEST(MixerBytesReport, EachLinearMixerReportsItsOwnBytesFlatForStatePassing) {
     EXPECT_EQ(vb.second, (g == "state_passing" ? 1.0 : 2.0) * va.second) << what << ": gdn bytes at S=64 vs 128";
     // A mixer's bytes do not move with the other mixer's strategy.
     for (const auto& [other, vo] : a) {
-      if (other.first == s) EXPECT_EQ(vo.first, va.first) << what << " vs gdn_cp=" << other.second;
-      if (other.second == g) EXPECT_EQ(vo.second, va.second) << what << " vs ssm_cp=" << other.first;
+      if (other.first == s) {
+        EXPECT_EQ(vo.first, va.first) << what << " vs gdn_cp=" << other.second;
+      }
+      if (other.second == g) {
+        EXPECT_EQ(vo.second, va.second) << what << " vs ssm_cp=" << other.first;
+      }
     }
   }
 }

@@ -290,18 +290,129 @@ TEST(HfConfig, PlanCommandRefusesABadConfigWithExitTwo) {
 // Overrides: a real model shrunk, keeping its ratios and its layer pattern
 // ---------------------------------------------------------------------------------------------------
 
+// Patterns worked out by hand from the rule (hf_config.hpp resample_layer_pattern): kind i of c_i gets
+// the largest-remainder rounding of n c_i / L (at least one), its k-th layer is its file layer
+// floor((2k + 1) c_i / (2 a_i)), and the picks keep the file's order.
 TEST(HfConfig, ResampledPatternsKeepTheShareOfAttentionLayers) {
+  // Nemotron-H-8B's 28 mixers, A at 4, 10, 16, 22 (c = 4 of 28, M c = 24).
+  // n = 4: A 1 (remainder 16 beats M's 12), its file layer floor(4 / 2) = 2 -> 16; M 3: M numbers 4, 12,
+  // 20 -> layers 5, 14, 24 -> M M A M.
   EXPECT_EQ(resample_mixers("MMMMAMMMMMAMMMMMAMMMMMAMMMMM", 4), "MMAM");
+  // n = 7: A 1 -> 16; M 6: numbers 2, 6, 10, 14, 18, 22 -> layers 2, 7, 12, 18, 23, 26.
   EXPECT_EQ(resample_mixers("MMMMAMMMMMAMMMMMAMMMMMAMMMMM", 7), "MMMAMMM");
-  EXPECT_EQ(resample_mixers("MMMMAMMMMMAMMMMMAMMMMMAMMMMM", 14), "MMMAMMMMMMAMMM");
+  // n = 14: A 2: numbers 1, 3 -> layers 10, 22; M 12: numbers 1, 3, ..., 23 -> layers 1, 3, 6, 8, 11, 13,
+  // 15, 18, 20, 23, 25, 27: the picks in file order put the A's 4th and 10th. (The previous rule placed
+  // the a A's at floor((2k + 1) n / (2a)) = 3, 10 whatever the file; this one takes the file's own layers,
+  // which keeps the file's phase: what gpt-oss's alternation needs, below.)
+  EXPECT_EQ(resample_mixers("MMMMAMMMMMAMMMMMAMMMMMAMMMMM", 14), "MMMMAMMMMMAMMM");
   EXPECT_EQ(resample_mixers("MMMMAMMMMMAMMMMMAMMMMMAMMMMM", 28), "MMMMAMMMMMAMMMMMAMMMMMAMMMMM");
   std::string jamba;
   for (int i = 0; i < 32; ++i) jamba += i % 8 == 4 ? 'A' : 'M';
-  EXPECT_EQ(resample_mixers(jamba, 8), "MMMMAMMM");  // Jamba's own period
-  EXPECT_EQ(resample_mixers(jamba, 2), "MA");        // at least one of each kind
+  // n = 8: A 1: number 2 -> layer 20; M 7: numbers 2, 6, 10, 14, 18, 22, 26 -> layers 2, 7, 11, 16, 21,
+  // 25, 30 -> A 5th: Jamba's own period.
+  EXPECT_EQ(resample_mixers(jamba, 8), "MMMMAMMM");
+  // n = 2: A 0.25, M 1.75 -> M 2, A 0, then one A taken from M: A 20, M number 14 -> 16.
+  EXPECT_EQ(resample_mixers(jamba, 2), "MA");
   EXPECT_EQ(resample_mixers(std::string(64, 'M'), 3), "MMM");
   EXPECT_EQ(resample_mixers(std::string(32, 'A'), 2), "AA");
-  EXPECT_EQ(resample_mixers("MAM", 1), "A");  // one layer: the attention layer is kept
+  // Three mixer kinds, "MGMA" x 3 (M 6, G 3, A 3). n = 4: M 2 (numbers 1, 4 -> layers 2, 8), G 1 (number
+  // 1 -> 5), A 1 (number 1 -> 7).
+  EXPECT_EQ(resample_mixers("MGMAMGMAMGMA", 4), "MGAM");
+  // n = 3: M 1.5, G 0.75, A 0.75: floors 1, 0, 0; the remainders 9, 9 of G and A beat M's 6 -> one each:
+  // M number 3 -> 6, G 1 -> 5, A 1 -> 7.
+  EXPECT_EQ(resample_mixers("MGMAMGMAMGMA", 3), "GMA");
+  // Fewer layers than kinds: refused, naming the key, the counts and the least that keeps them.
+  const auto refusal = [](const std::string& mixers, int64_t n) {
+    try {
+      (void)resample_mixers(mixers, n, "model.layers", "x's mixer layers");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal("MGMAMGMAMGMA", 2).find("model.layers: x's mixer layers resampled to 2 cannot keep each kind "
+                                            "(6 mamba, 3 gdn, 3 attention); give at least 3"),
+            std::string::npos)
+      << refusal("MGMAMGMAMGMA", 2);
+  // One layer of a hybrid: the previous rule kept the attention layer alone (an all-attention model that
+  // passes for a hybrid); refused now.
+  EXPECT_NE(refusal("MAM", 1).find("(2 mamba, 1 attention); give at least 2"), std::string::npos) << refusal("MAM", 1);
+}
+
+// gpt-oss-20b: 24 attention layers, sliding_attention and full_attention alternating from a sliding one.
+// Its shrunk copies keep both kinds, half each, alternating from a sliding layer (the resampler that
+// sampled the sliding layer number floor((2k + 1) A / (2a)) gave 4 or 12 full layers and no sliding one,
+// and 2, 3 or 6 sliding ones and no full one: prime-rl #2828's failure inside the harness).
+TEST(HfConfig, ShrunkGptOssKeepsItsSlidingAndFullLayers) {
+  const auto flags = [](const HfModel& m) {
+    std::string s;
+    for (size_t i = 0; i < m.sliding.size(); ++i) s += m.mixers[i] == 'A' ? (m.sliding[i] ? 'S' : 'F') : 'M';
+    return s;
+  };
+  const HfModel g = shipped_model("gpt-oss-20b");
+  ASSERT_EQ(flags(g), "SFSFSFSFSFSFSFSFSFSFSFSF");
+  ModelOverrides o;
+  // n = 2: S and F 1 each; S number floor(12 / 2) = 6 -> layer 12, F number 6 -> layer 13.
+  o.layers = 2;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SF");
+  // n = 3: 1.5 each, the tie to S (seen first): S numbers 3, 9 -> layers 6, 18; F number 6 -> 13.
+  o.layers = 3;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SFS");
+  // n = 4: 2 each: S numbers 3, 9 -> 6, 18; F numbers 3, 9 -> 7, 19.
+  o.layers = 4;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SFSF");
+  EXPECT_EQ(with_overrides(g, o).sliding_window, 128);
+  // n = 6: 3 each: numbers 2, 6, 10 -> S 4, 12, 20; F 5, 13, 21.
+  o.layers = 6;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SFSFSF");
+  // n = 12: 6 each: numbers 1, 3, ..., 11 -> S 2, 6, ..., 22; F 3, 7, ..., 23.
+  o.layers = 12;
+  EXPECT_EQ(flags(with_overrides(g, o)), "SFSFSFSFSFSF");
+  // One layer cannot keep both kinds: refused naming the key and both counts.
+  o.layers = 1;
+  try {
+    (void)with_overrides(g, o);
+    ADD_FAILURE() << "1 layer of gpt-oss-20b was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers: gpt-oss-20b's attention layers resampled to 1 cannot keep "
+                                         "each kind (12 sliding_attention, 12 full_attention); give at least 2"),
+              std::string::npos)
+        << e.what();
+  }
+  // The planner's flag is named as such.
+  o.key = "--";
+  try {
+    (void)with_overrides(g, o);
+    ADD_FAILURE() << "--layers 1 of gpt-oss-20b was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--layers: gpt-oss-20b's attention layers"), std::string::npos) << e.what();
+  }
+  // A scenario's model.config shrunk to 4 layers: its attention kinds are the layer_types the runner
+  // runs (sliding, full, sliding, full, with the file's window and sinks), and a transport_sliding case
+  // (refused on a model without sliding layers) parses.
+  const ScenarioSpec s = parse_scenario(R"(
+model: {config: gpt-oss-20b, layers: 4, hidden: 64, heads: 8, vocab: 256, ffn: 64}
+batch: {seq_len: 300}
+sweep: {sharder: contiguous, transport: ring, transport_sliding: ring_window, cp: 2, mask: causal}
+)",
+                                        "x.yaml");
+  ASSERT_EQ(s.model.attention.layer_kinds.size(), 4u);
+  EXPECT_EQ(s.model.attention.layer_kinds[0], AttentionKind::sliding);
+  EXPECT_EQ(s.model.attention.layer_kinds[1], AttentionKind::full);
+  EXPECT_EQ(s.model.attention.layer_kinds[2], AttentionKind::sliding);
+  EXPECT_EQ(s.model.attention.layer_kinds[3], AttentionKind::full);
+  EXPECT_EQ(s.model.attention.window, 128);
+  ASSERT_EQ(s.cases.size(), 1u);
+  EXPECT_EQ(s.cases[0].sliding_transport, "ring_window");
+  try {
+    (void)parse_scenario("model: {config: gpt-oss-20b, layers: 1, hidden: 64, heads: 8, vocab: 256, ffn: 64}\n",
+                         "x.yaml");
+    ADD_FAILURE() << "model.layers: 1 of gpt-oss-20b was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.yaml: model.layers: gpt-oss-20b's attention layers resampled to 1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfConfig, OverridesKeepHeadRatios) {
@@ -341,56 +452,71 @@ TEST(HfConfig, OverridesKeepHeadRatios) {
 }
 
 // Per-layer attributes of a shrunk model whose layers differ, against patterns worked out by hand
-// from the rule (hf_config.hpp with_overrides): the k-th of the a new attention layers takes the
-// sliding flag of the file's attention layer floor((2k + 1) A / (2a)). A model where every layer is
-// the same (mistral: all sliding) passes whatever layer is sampled; these do not.
+// from the rule (hf_config.hpp with_overrides): the attention layers' sliding / full pattern resampled
+// onto the new attention layers by resample_layer_pattern. A model where every layer is the same
+// (mistral: all sliding) passes whatever layer is sampled; these do not.
 TEST(HfConfig, ResampledSlidingFlagsAreTheLayersTheySample) {
   const auto flags = [](const HfModel& m) {
     std::string s;
     for (size_t i = 0; i < m.sliding.size(); ++i) s += m.mixers[i] == 'A' ? (m.sliding[i] ? 'S' : 'F') : 'M';
     return s;
   };
-  // 36 attention layers, full every 4th (3, 7, 11, ...): "SSSF" x 9.
+  // 36 attention layers, full every 4th (3, 7, 11, ...): "SSSF" x 9 (S 27, F 9; S number m is layer
+  // 4 floor(m / 3) + m mod 3, F number m is layer 4m + 3).
   json t = shipped_json("qwen3-8b");
   t["sliding_window"] = 1024;
   t["layer_types"] = json::array();
   for (int i = 0; i < 36; ++i) t["layer_types"].push_back(i % 4 == 3 ? "full_attention" : "sliding_attention");
   const HfModel g = parse_hf_config(t.dump(), "t.json", "t");
   ModelOverrides o;
-  // n = 6: layers floor((2k + 1) 36 / 12) = 3, 9, 15, 21, 27, 33 -> F S F S F S.
+  // n = 6: S 4.5, F 1.5, the tie to S: S 5 (numbers 2, 8, 13, 18, 24 -> layers 2, 10, 17, 24, 32), F 1
+  // (number 4 -> 19).
   o.layers = 6;
-  EXPECT_EQ(flags(with_overrides(g, o)), "FSFSFS");
-  // n = 4: floor((2k + 1) 36 / 8) = 4, 13, 22, 31 -> S S S F.
+  EXPECT_EQ(flags(with_overrides(g, o)), "SSSFSS");
+  // n = 4: S 3 (numbers 4, 13, 22 -> 5, 17, 29), F 1 (-> 19).
   o.layers = 4;
-  EXPECT_EQ(flags(with_overrides(g, o)), "SSSF");
-  // n = 9: floor((2k + 1) 2) = 2, 6, 10, ... (all = 2 mod 4) -> every one sliding.
+  EXPECT_EQ(flags(with_overrides(g, o)), "SSFS");
+  // n = 9: S 6.75, F 2.25 -> S 7 (numbers 1, 5, 9, 13, 17, 21, 25 -> 1, 6, 12, 17, 22, 28, 33), F 2
+  // (numbers 2, 6 -> 11, 27). (The previous rule: every one sliding.)
   o.layers = 9;
-  EXPECT_EQ(flags(with_overrides(g, o)), "SSSSSSSSS");
+  EXPECT_EQ(flags(with_overrides(g, o)), "SSFSSSFSS");
   EXPECT_EQ(with_overrides(g, o).sliding_window, 1024);
-  // n = 2: floor(9) = 9 (S), floor(27) = 27 (F).
+  // n = 2: S 1.5, F 0.5 -> S 2, F 0, then one F from S: S number 13 -> 17, F number 4 -> 19.
   o.layers = 2;
   EXPECT_EQ(flags(with_overrides(g, o)), "SF");
 
   // A hybrid whose attention layers differ: Nemotron-H's 28 mixers (A at 4, 10, 16, 22), the 2nd and
-  // 4th attention layers sliding. n = 14 -> mixers "MMMAMMMMMMAMMM" (a = 2 of A = 4): attention
-  // layers floor((2k + 1) 4 / 4) = 1, 3 of the file's -> layers 10 and 22, both sliding. (Sampling
-  // among all 28 layers would take layers 7 and 21, both Mamba: no sliding layer left.)
+  // 4th attention layers sliding ("FSFS"). n = 14 -> mixers "MMMMAMMMMMAMMM" (2 attention layers); the
+  // attention kinds "FSFS" resampled to 2: F number 1 (attention layer 2), S number 1 (3) -> F S. (The
+  // previous rule gave S S: no full layer left.)
   HfModel h = shipped_model("nemotron-h-8b");
   h.sliding.assign(h.mixers.size(), false);
   h.sliding[10] = h.sliding[22] = true;
   h.sliding_window = 512;
   o.layers = 14;
-  EXPECT_EQ(flags(with_overrides(h, o)), "MMMSMMMMMMSMMM");
+  EXPECT_EQ(flags(with_overrides(h, o)), "MMMMFMMMMMSMMM");
   EXPECT_EQ(with_overrides(h, o).sliding_window, 512);
-  // n = 4 -> "MMAM", a = 1: attention layer floor(4 / 2) = 2 of the file's -> layer 16, full.
+  // n = 4 -> "MMAM": one attention layer cannot keep both kinds: refused.
   o.layers = 4;
-  EXPECT_EQ(flags(with_overrides(h, o)), "MMFM");
-  EXPECT_EQ(with_overrides(h, o).sliding_window, 0) << "no sliding layer kept: no window";
-  // Mixers given by hand: "AMAA" (a = 3) -> attention layers floor((2k + 1) 4 / 6) = 0, 2, 3 -> layers
-  // 4 (F), 16 (F), 22 (S).
+  try {
+    (void)with_overrides(h, o);
+    ADD_FAILURE() << "one attention layer of a sliding / full hybrid was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers: nemotron-h-8b's attention layers resampled to 1 cannot keep "
+                                         "each kind (2 full_attention, 2 sliding_attention)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Mixers given by hand: "AMAA" (a = 3): F 1.5, S 1.5, the tie to F (seen first): F numbers 0, 1
+  // (attention layers 0, 2), S number 1 (3) -> F F S.
   o = ModelOverrides{};
   o.mixers = "AMAA";
   EXPECT_EQ(flags(with_overrides(h, o)), "FMFS");
+  // A model without sliding layers keeps none, and no window.
+  o = ModelOverrides{};
+  o.layers = 4;
+  EXPECT_EQ(flags(with_overrides(shipped_model("nemotron-h-8b"), o)), "MMFM");
+  EXPECT_EQ(with_overrides(shipped_model("nemotron-h-8b"), o).sliding_window, 0);
 }
 
 TEST(HfConfig, ScenarioModelConfigShrinksARealModel) {
@@ -464,4 +590,19 @@ model: {config: llama3-8b, layers: 2, hidden: 64, heads: 8, vocab: 256, ffn: 128
   const std::string jb = temp_file("cpbench_jamba", broken.dump());
   EXPECT_NE(error_of("model: {config: " + jb + "}").find(jb + ": mamba_d_conv: missing"), std::string::npos);
   std::remove(jb.c_str());
+}
+
+// docs/scenarios.md's model.config row names every model_type the reader takes and every shipped config
+// (the CLI's help prints the same lists from known_model_types / shipped_model_names).
+TEST(HfConfig, ScenariosDocListsEveryModelTypeAndShippedConfig) {
+  std::ifstream in(source_path("docs/scenarios.md"));
+  ASSERT_TRUE(in.good());
+  std::string line, row;
+  while (std::getline(in, line))
+    if (line.starts_with("| `model.config`")) row = line;
+  ASSERT_FALSE(row.empty()) << "docs/scenarios.md has no model.config row";
+  for (const auto& t : known_model_types())
+    EXPECT_NE(row.find("`" + t + "`"), std::string::npos) << "docs/scenarios.md model.config omits model_type " << t;
+  for (const auto& n : shipped_model_names())
+    EXPECT_NE(row.find("`" + n + "`"), std::string::npos) << "docs/scenarios.md model.config omits shipped " << n;
 }

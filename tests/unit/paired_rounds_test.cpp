@@ -79,7 +79,9 @@ TEST(PairedRounds, InconclusiveWithinTheFloorOrWithoutSignificance) {
   PairedCase wide = session(8, 1.12, 0.0, 0.4, 3);
   const PairedVerdict w = judge_paired(wide, PairedOptions{});
   EXPECT_FALSE(w.regression);
-  if (w.delta < -0.05) EXPECT_TRUE(w.inconclusive) << w.why;
+  if (w.delta < -0.05) {
+    EXPECT_TRUE(w.inconclusive) << w.why;
+  }
   EXPECT_GT(w.floor, 0.12);
   // Two pairs cannot reach alpha 0.05 one-sided (1/4 at best).
   const PairedVerdict two = judge_paired(session(2, 2.0, 0.0, 0.01, 4), PairedOptions{});
