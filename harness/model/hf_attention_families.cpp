@@ -1,5 +1,7 @@
 #include "harness/model/hf_attention_families.hpp"
 
+#include <cmath>
+
 namespace cpbench::hf {
 
 namespace {
@@ -107,12 +109,54 @@ void read_mla_moe(const Fields& f, HfModel& m) {
   m.mlp_layers = m.blocks;
   m.experts = f.integer_or("n_routed_experts", 0, 0);
   m.ffn = f.integer("intermediate_size");
+  m.mtp_layers = f.integer_or("num_nextn_predict_layers", 0, 0);
   if (m.experts == 0) return;
   const int64_t first_dense = f.integer_or("first_k_dense_replace", 0, 0), freq = f.integer_or("moe_layer_freq", 1);
   for (int64_t i = first_dense; i < m.blocks; ++i) m.moe_layers += i % freq == 0 ? 1 : 0;
   m.experts_per_token = f.integer("num_experts_per_tok");
   m.shared_experts = f.integer_or("n_shared_experts", 0, 0);
   // The test model has one dense MLP per layer: an MoE layer's per-token width is one expert's.
+  if (m.moe_layers > 0) m.ffn = f.integer("moe_intermediate_size");
+}
+
+void read_glm4_moe(const Fields& f, HfModel& m) {
+  m.mixers.assign(static_cast<size_t>(m.blocks), 'A');
+  read_attention(f, m);
+  m.rope_theta = rope_theta_of(f, 10000);
+  // transformers: partial_rotary_factor at the top level (GLM-4.5's files) or in rope_parameters, 0.5 when
+  // neither gives it (Glm4MoeConfig's backward-compatible default).
+  m.partial_rotary_factor = 0.5;
+  if (f.has("partial_rotary_factor")) {
+    m.partial_rotary_factor = f.number_or("partial_rotary_factor", 0.5);
+  } else if (f.has("rope_parameters") && f.j["rope_parameters"].is_object() &&
+             f.j["rope_parameters"].contains("partial_rotary_factor")) {
+    const auto& v = f.j["rope_parameters"]["partial_rotary_factor"];
+    if (!v.is_number() || !(v.get<double>() > 0))
+      f.fail("rope_parameters.partial_rotary_factor", "expected a positive number");
+    m.partial_rotary_factor = v.get<double>();
+  }
+  if (m.partial_rotary_factor > 1)
+    f.fail("partial_rotary_factor", "expected a fraction in (0, 1], got " + f.shown("partial_rotary_factor"));
+  if (static_cast<int64_t>(std::llround(static_cast<double>(m.head_dim) * m.partial_rotary_factor)) % 2 != 0)
+    f.fail("partial_rotary_factor", "rotates an odd number of head_dim " + std::to_string(m.head_dim) + "'s channels");
+  m.sliding.assign(m.mixers.size(), false);
+  m.mlp_layers = m.blocks;
+  m.ffn = f.integer("intermediate_size");
+  m.experts = f.integer_or("n_routed_experts", 0, 0);
+  m.mtp_layers = f.integer_or("num_nextn_predict_layers", 0, 0);
+  if (m.experts == 0) return;
+  // Glm4MoeDecoderLayer: layer i is MoE iff i >= first_k_dense_replace (transformers' default 1).
+  const int64_t first_dense = f.integer_or("first_k_dense_replace", 1, 0);
+  if (first_dense > m.blocks)
+    f.fail("first_k_dense_replace",
+           std::to_string(first_dense) + " is more than num_hidden_layers " + std::to_string(m.blocks));
+  m.moe_layers = m.blocks - first_dense;
+  m.experts_per_token = f.integer("num_experts_per_tok");
+  if (m.experts_per_token > m.experts)
+    f.fail("num_experts_per_tok",
+           std::to_string(m.experts_per_token) + " is more than n_routed_experts " + std::to_string(m.experts));
+  m.shared_experts = f.integer_or("n_shared_experts", 1, 0);
+  // As deepseek_v3: ffn is one routed expert's width; the dense layers' is dense_ffn (hf_config.cpp).
   if (m.moe_layers > 0) m.ffn = f.integer("moe_intermediate_size");
 }
 

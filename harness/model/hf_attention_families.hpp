@@ -19,6 +19,14 @@
 //                    first_k_dense_replace and i % moe_layer_freq == 0 (n_routed_experts,
 //                    num_experts_per_tok, n_shared_experts, moe_intermediate_size); the other layers keep
 //                    their dense MLP of intermediate_size
+//   read_glm4_moe    glm4_moe (GLM-4.5, GLM-4.5-Air): every layer GQA attention (read_attention: head_dim
+//                    given, 128, not hidden / heads), partial_rotary_factor (top level or rope_parameters,
+//                    default 0.5 as transformers), MoE as deepseek_v3 without moe_layer_freq: layer i is MoE
+//                    iff i >= first_k_dense_replace (default 1), n_routed_experts, num_experts_per_tok,
+//                    n_shared_experts (default 1), moe_intermediate_size. num_nextn_predict_layers (the MTP
+//                    modules, also deepseek_v3's) is kept in HfModel::mtp_layers and NOT counted as layers:
+//                    transformers drops their weights on load (model.layers.46.* for the Air) and the
+//                    training stacks checked here (prime-rl's SFT) do not train them
 #include "harness/model/hf_config.hpp"
 #include "harness/model/hf_fields.hpp"
 
@@ -30,5 +38,6 @@ void read_sliding(const Fields& f, HfModel& m);
 void read_dense(const Fields& f, HfModel& m);
 void read_gpt_oss(const Fields& f, HfModel& m);
 void read_mla_moe(const Fields& f, HfModel& m);
+void read_glm4_moe(const Fields& f, HfModel& m);
 
 }  // namespace cpbench::hf

@@ -24,7 +24,7 @@ const std::vector<std::string>& known_model_types() {
   static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
                                                "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                                "qwen3_5_moe_text", "kimi_linear", "gpt_oss",
-                                               "deepseek_v3", "kimi_k2"};
+                                               "deepseek_v3", "kimi_k2",    "glm4_moe"};
   return all;
 }
 
@@ -133,7 +133,17 @@ void read_kimi_linear(const Fields& f, HfModel& m) {
   m.ffn = m.moe_layers > 0 ? f.integer("moe_intermediate_size") : f.integer("intermediate_size");
 }
 
-HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name) {
+HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name);
+
+// The fields every family shares, read after the family's reader: tie_word_embeddings (transformers'
+// default false) and the dense MLP layers' width (intermediate_size; MoE readers set ffn to one expert's).
+void read_common(const nlohmann::json& j, const std::string& file, HfModel& m) {
+  const Fields f{j, file, m.model_type};
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  if (m.mlp_layers > m.moe_layers) m.dense_ffn = f.has("intermediate_size") ? f.integer("intermediate_size") : m.ffn;
+}
+
+HfModel parse_family(const nlohmann::json& j, const std::string& file, const std::string& name) {
   if (!j.is_object()) throw UsageError(file + ": expected a JSON object (a Hugging Face config.json)");
   HfModel m;
   m.name = name;
@@ -173,6 +183,10 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
   }
   if (t == "deepseek_v3" || t == "kimi_k2") {
     hf::read_mla_moe(f, m);
+    return m;
+  }
+  if (t == "glm4_moe") {
+    hf::read_glm4_moe(f, m);
     return m;
   }
   if (t == "nemotron_h") {
@@ -234,6 +248,13 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
     m.sliding.assign(m.mixers.size(), false);
     read_mixer_sizes(f, m);
   }
+  return m;
+}
+
+HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::string& name) {
+  HfModel m = parse_family(j, file, name);
+  // The multimodal wrapper's text_config was read (and completed) on its own.
+  if (j["model_type"] == m.model_type) read_common(j, file, m);
   return m;
 }
 

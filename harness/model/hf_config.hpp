@@ -41,6 +41,11 @@
 //   deepseek_v3, kimi_k2           MLA on every layer (attention.mla), q_lora_rank, MoE after
 //                                  first_k_dense_replace dense layers (routed + shared experts); the
 //                                  attention families' readers (hf_attention_families.hpp) list the fields
+//   glm4_moe                       GQA attention on every layer, partial rotary, MoE after
+//                                  first_k_dense_replace dense layers (routed + shared experts); MTP
+//                                  modules recorded, not counted (hf_attention_families.hpp)
+//   every family                   tie_word_embeddings (default false); the dense MLP layers' width
+//                                  (intermediate_size) in dense_ffn when some MLP layers are not MoE
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.
@@ -75,6 +80,10 @@ struct HfModel : MixerConfigs {
   std::vector<bool> sliding;   // per mixer layer: an attention layer that uses sliding_window
   // The other mixers' sizes are the MixerConfigs members, each read by its mixer (Mixer::read_hf).
   double partial_rotary_factor = 1.0;  // the fraction of head_dim RoPE rotates (Qwen3-Next: 0.25)
+  // For the whole step's parameter count (the test model ignores them):
+  bool tied_embeddings = false;  // tie_word_embeddings: the LM head is the embedding matrix (Qwen3-4B)
+  int64_t dense_ffn = 0;         // intermediate_size of the dense MLP layers (mlp_layers - moe_layers of them)
+  int64_t mtp_layers = 0;        // num_nextn_predict_layers: multi-token-prediction modules, not in `mixers`
 
   [[nodiscard]] int64_t attention_layers() const;
   [[nodiscard]] int64_t layers_of(char letter) const;  // layers of the mixer with this letter
