@@ -9,7 +9,8 @@
 namespace cpbench {
 
 namespace {
-constexpr const char* kKnownMasks = "causal, full, document, sliding_window:N (N >= 1)";
+constexpr const char* kKnownMasks = "causal, full, document, sliding_window:N (N >= 1), document+sliding_window:N";
+constexpr std::string_view kDocumentsPrefix = "document+";
 constexpr std::string_view kWindowPrefix = "sliding_window:";
 
 // Broadcast helpers: [B, N] -> [B, N, 1] (query side) and [B, 1, N] (key side).
@@ -26,6 +27,14 @@ at::Tensor select_or_undefined(const at::Tensor& t, int64_t dim, const at::Tenso
 }  // namespace
 
 MaskSpec MaskSpec::parse(const std::string& text, int64_t window) {
+  if (text.starts_with(kDocumentsPrefix)) {
+    const std::string rest = text.substr(kDocumentsPrefix.size());
+    CP_CHECK_USAGE(rest == "sliding_window" || rest.starts_with(kWindowPrefix), "attention mask '", text,
+                   "': only a sliding window is restricted to documents (known: ", kKnownMasks, ")");
+    MaskSpec m = parse(rest, window);
+    m.documents = true;
+    return m;
+  }
   MaskSpec m;
   if (text == "causal") {
     m.kind = Kind::causal;
@@ -60,7 +69,7 @@ std::string MaskSpec::to_string() const {
     case Kind::document:
       return "document";
     case Kind::sliding_window:
-      return "sliding_window:" + std::to_string(window);
+      return (documents ? std::string(kDocumentsPrefix) : std::string()) + "sliding_window:" + std::to_string(window);
   }
   return "unknown";
 }

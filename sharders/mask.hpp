@@ -10,12 +10,14 @@
 // The rule. A key k is visible to a query q iff all of:
 //   valid[k]                                   padding is never attended to
 //   segment[k] == segment[q]                   thd packs several rows into one stream; never cross them
-//   same_document() => doc[k] == doc[q]        document: block-causal over packed documents
+//   same_document() => doc[k] == doc[q]        document (and a window within documents): never across a
+//                                              document's boundary
 //   lo <= pos[k] <= hi, [lo, hi] = key_window(pos[q]) (a side absent: unbounded)
 //     hi = pos[q] for every mask but full (causal); lo = pos[q] - (w - 1) for sliding_window w (at most
 //     w keys, the query included)
 // So: causal = pos[k] <= pos[q]; full = no position condition; document = causal within the document;
-// sliding_window:w = pos[q] - w < pos[k] <= pos[q]. A query with no visible key (possible for padding
+// sliding_window:w = pos[q] - w < pos[k] <= pos[q]; document+sliding_window:w = the window intersected
+// with the document (a sliding_attention layer under packed documents). A query with no visible key (possible for padding
 // queries) gets output 0 and log-sum-exp -inf.
 //
 // Work. What counts as the model's attention work (FLOPs, MFU, the planner's per-rank pairs, the
@@ -37,8 +39,12 @@ struct MaskSpec {
   enum class Kind { causal, full, document, sliding_window };
   Kind kind = Kind::causal;
   int64_t window = 0;  // sliding_window only, >= 1
+  // sliding_window only: the window within each document too (the window intersected with the document
+  // mask: a sliding_attention layer's mask when the full layers' is `document`).
+  bool documents = false;
 
-  // "causal" | "full" | "document" | "sliding_window:N" (or "sliding_window" with `window`).
+  // "causal" | "full" | "document" | "sliding_window:N" (or "sliding_window" with `window`) |
+  // "document+sliding_window:N" (documents = true).
   // Throws UsageError naming the text and listing the known masks.
   [[nodiscard]] static MaskSpec parse(const std::string& text, int64_t window = 0);
   [[nodiscard]] std::string to_string() const;
@@ -46,7 +52,7 @@ struct MaskSpec {
   // Which conditions of the rule (top of this file) the mask has.
   [[nodiscard]] bool has_upper() const { return kind != Kind::full; }
   [[nodiscard]] bool has_lower() const { return kind == Kind::sliding_window; }
-  [[nodiscard]] bool same_document() const { return kind == Kind::document; }
+  [[nodiscard]] bool same_document() const { return kind == Kind::document || (kind == Kind::sliding_window && documents); }
 
   // The key coordinates [lo, hi] a query at coordinate `query_pos` may see (before the segment,
   // document and valid conditions); an absent side is unbounded. Both sides are non-decreasing in

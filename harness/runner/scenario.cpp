@@ -204,18 +204,19 @@ Axes read_axes(const Ctx& c, const YAML::Node& n, const std::string& path, const
 }
 
 // A model with sliding_attention layers: their mask is the causal window (the case's mask is the full
-// layers'), so the case's must be causal too (a document or full mask has no windowed twin). A
-// transport_sliding needs such layers.
+// layers'), within each document too under a document mask (layer_mask); a full mask has no windowed
+// twin. A transport_sliding needs such layers.
 void check_sliding(const Ctx& c, const std::string& where, const ModelConfig& model, CaseSpec& cs) {
   if (!model.attention.has_sliding()) {
     if (!cs.sliding_transport.empty())
       c.fail(where + ".transport_sliding", "the model has no sliding_attention layers (model.attention.layer_types)");
     return;
   }
-  if (cs.mask.kind != MaskSpec::Kind::causal)
+  if (cs.mask.kind != MaskSpec::Kind::causal && cs.mask.kind != MaskSpec::Kind::document)
     c.fail(where + ".mask", "the model has sliding_attention layers (model.attention.layer_types): their mask is "
                             "sliding_window:" + std::to_string(model.attention.window) +
-                            ", which is causal; the full layers' mask must be causal too, got " + cs.mask.to_string());
+                            " (causal, within documents under mask: document); the full layers' mask must be causal "
+                            "or document, got " + cs.mask.to_string());
   cs.sliding_mask = layer_mask(AttentionKind::sliding, cs.mask, model.attention.window);
 }
 

@@ -1,6 +1,7 @@
 #include "harness/runner/scenario_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -94,6 +95,18 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
                                                 " attention layers (one per attention layer, in layer order)");
   }
   if (a["window"]) model.attention.window = read_int(c, a["window"], "model.attention.window", 1);
+  // model.attention.sinks: {mean: M, std: S} (either; the other keeps its default): the sinks' scale.
+  if (a["sinks"] && a["sinks"].IsMap()) {
+    const YAML::Node n = a["sinks"];
+    check_keys(c, n, "model.attention.sinks", {"mean", "std"});
+    if (n["std"]) model.attention.sink_std = read_positive(c, n["std"], "model.attention.sinks.std");
+    if (n["mean"]) {
+      double mean = 0;
+      if (!n["mean"].IsScalar() || !YAML::convert<double>::decode(n["mean"], mean) || !std::isfinite(mean))
+        c.fail("model.attention.sinks.mean", "expected a number, got " + yaml_read::scalar_text(n["mean"]));
+      model.attention.sink_mean = mean;
+    }
+  }
   // model.attention.mla: {kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim} (all >= 1);
   // model.attention.mla_wire: expanded | latent (kernels/attention/mla.hpp).
   if (a["mla"]) {
@@ -163,6 +176,11 @@ ModelConfig read_model(const yaml_read::Ctx& c, const YAML::Node& m) {
     check_keys(c, node, "model." + key, allowed);
     for (const auto& f : mixer->config_fields(defaults)) {
       if (!node[f.name]) continue;
+      // model.attention.sinks: {mean, std} turns the sinks on; read_attention_kinds reads the scale.
+      if (mixer->letter() == kDefaultMixer && f.name == "sinks" && node[f.name].IsMap()) {
+        sizes[key][f.name] = 1;
+        continue;
+      }
       const std::string path = "model." + key + "." + f.name;
       sizes[key][f.name] = f.flag ? (read_bool(c, node[f.name], path) ? 1 : 0) : read_int(c, node[f.name], path, f.min);
     }

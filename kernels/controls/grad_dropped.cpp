@@ -26,7 +26,8 @@ class GradDroppedTransport final : public TransportDecorator {
   using TransportDecorator::TransportDecorator;
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
-    return inner_->attend(q, DropTokenGrad::apply(k), DropTokenGrad::apply(v), ctx);
+    // MLA's latent wire: k is the latent, v undefined (its gradient is the latent's).
+    return inner_->attend(q, DropTokenGrad::apply(k), v.defined() ? DropTokenGrad::apply(v) : v, ctx);
   }
 };
 

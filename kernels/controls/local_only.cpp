@@ -1,6 +1,8 @@
 // local_only: the broken variant the compile-safe SDPA wrap protects against. It shards exactly like
 // load_balanced, but attention sees only the local keys: what happens when a compiled graph captures
-// the plain SDPA call and the CP dispatch never fires.
+// the plain SDPA call and the CP dispatch never fires. On MLA's latent wire it up-projects the local
+// latent itself (mla_expand), so it fails by mismatch, not by a shape check.
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/controls/control.hpp"
 
@@ -12,7 +14,12 @@ class LocalOnlyTransport final : public TransportDecorator {
   using TransportDecorator::TransportDecorator;
   [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const AttentionContext& ctx) const override {
-    return local_attention(q, k, v, ctx.local, ctx.local, ctx.mask, ctx.scale, ctx.sinks);
+    if (!ctx.kv_up.defined()) return local_attention(q, k, v, ctx.local, ctx.local, ctx.mask, ctx.scale, ctx.sinks);
+    // MLA's latent wire: k is the local latent [B, 1, S, r + dr] and v undefined; up-project it here as
+    // the layer would (q's head dim is dn + dr).
+    const int64_t dr = k.size(3) - ctx.kv_up.size(1);
+    const auto [kx, vx] = kernels::mla_expand(k.select(1, 0), ctx.kv_up, q.size(1), q.size(3) - dr);
+    return local_attention(q, kx, vx, ctx.local, ctx.local, ctx.mask, ctx.scale, ctx.sinks);
   }
   // Nothing is exchanged, so nothing is planned against the other ranks' keys.
   [[nodiscard]] std::shared_ptr<const kernels::PlanCache> make_plans(const MaskSpec&, const TokenMeta&,

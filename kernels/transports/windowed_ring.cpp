@@ -15,14 +15,19 @@
 // them into its own block's rows. Per call a rank sends h_s K/V tokens and h_r dK/dV tokens
 // (kv_passing_costs.hpp windowed_ring_bytes), checked against the formula at the end of every call.
 //
-// The halo rule reads stream positions as the mask's positions: true for the unpacked layouts, not for
-// thd (per-document padding); unsupported_layout refuses packed layouts and attend() checks it.
+// The halo rule reads stream positions as the mask's positions, up to one offset per row (segment, and
+// document under a document mask): true for the unpacked layouts, workload_balanced's rows included, not
+// for thd (per-document padding); unsupported_layout refuses packed layouts and attend() checks it. Under
+// a window within documents (document+sliding_window) the halo is the window's: keys of another document
+// within the window travel and the step's block plan hides them.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "kernels/attention/sink.hpp"
@@ -68,6 +73,28 @@ at::Tensor seen_keys(const at::Tensor& keys, const at::Tensor& queries, int64_t 
   return seen.nonzero().flatten();
 }
 
+// Whether pos - stream position is constant over every group of valid tokens that can see each other:
+// one row of `all` ([B, W*S]), one segment, one document too when `documents`. `index`: [W*S].
+bool window_coordinates_agree(const TokenMeta& all, const at::Tensor& index, bool documents) {
+  const at::Tensor offset = all.pos.to(at::kCPU, at::kLong).sub(index.unsqueeze(0)).contiguous();
+  const auto field = [&](const at::Tensor& t) {
+    return t.defined() ? t.to(at::kCPU, at::kLong).expand_as(offset).contiguous() : at::zeros_like(offset);
+  };
+  const at::Tensor segment = field(all.segment), doc = documents ? field(all.doc) : at::zeros_like(offset);
+  const at::Tensor valid = all.valid.defined() ? all.valid.to(at::kCPU, at::kBool).expand_as(offset).contiguous()
+                                               : at::ones_like(offset, offset.options().dtype(at::kBool));
+  const int64_t B = offset.size(0), n = offset.size(1);
+  const int64_t *o = offset.data_ptr<int64_t>(), *sg = segment.data_ptr<int64_t>(), *dc = doc.data_ptr<int64_t>();
+  const bool* ok = valid.data_ptr<bool>();
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> seen;
+  for (int64_t i = 0; i < B * n; ++i) {
+    if (!ok[i]) continue;
+    const auto [it, fresh] = seen.try_emplace({i / n, sg[i], dc[i]}, o[i]);
+    if (!fresh && it->second != o[i]) return false;
+  }
+  return true;
+}
+
 // The step's halo plan (the layout's map and the window only: the same for every sliding layer of a
 // step); plan.shape carries only the halo counts, the caller fills in the call's shape.
 HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at::Device& device) {
@@ -76,10 +103,15 @@ HaloPlan plan_halo(const AttentionContext& ctx, const AttendShape& sh, const at:
   CP_CHECK(ctx.global_index.defined() && ctx.global_index.numel() == W * S, "ring_window: needs the layout's map ",
            "(AttentionContext::global_index, [W*S] = [", W * S, "]) on rank ", r);
   const at::Tensor index = ctx.global_index.to(at::kCPU, at::kLong).contiguous();
-  // The halo rule reads stream positions; the mask reads `pos`: they must be the same coordinates.
-  const at::Tensor pos = ctx.all.pos.to(at::kCPU, at::kLong);
-  CP_CHECK(pos.eq(index.unsqueeze(0)).all().item<bool>(), "ring_window: the mask's positions are not the layout's ",
-           "stream positions on rank ", r, " (a packed layout?); it runs on unpacked layouts only");
+  // The halo rule reads stream positions; the mask reads `pos`. A window in `pos` is one in stream positions
+  // wherever two tokens can see each other at all (their row, their segment, their document under a
+  // document mask) when pos and the stream position differ by one constant there: true for every row of
+  // an unpacked layout and for workload_balanced's rows laid back to back (row b at offset b x its length).
+  // Keys of another row that the stream window reaches travel too (invisible under the plan, counted by
+  // the same rule on both sides).
+  CP_CHECK(window_coordinates_agree(ctx.all, index, ctx.mask.same_document()), "ring_window: the mask's positions ",
+           "are not the layout's stream positions up to one offset per row, segment", ctx.mask.same_document() ? " and document" : "",
+           " on rank ", r, " (a packed layout?); it runs on unpacked layouts only");
   std::vector<std::vector<int64_t>> ranks(static_cast<size_t>(W));
   const int64_t* p = index.data_ptr<int64_t>();
   for (int j = 0; j < W; ++j) ranks[static_cast<size_t>(j)].assign(p + j * S, p + (j + 1) * S);

@@ -206,6 +206,50 @@ sweep: {sharder: load_balanced, transport: ring, cp: 2}
   EXPECT_NE(unknown.find("model.attention"), std::string::npos) << unknown;
 }
 
+// model.attention.sinks: {mean, std} sets the sinks' scale (TE #2541's trap needs |s| ~ 20); the default
+// draw is unchanged (N(0, 2), the same values as before the key existed: mean 0 adds nothing).
+TEST(AttentionSinks, ScaleKeySetsTheDraw) {
+  const auto sinks_of = [](const ModelConfig& c) {
+    TinyTransformer m(c, at::kDouble, at::kCPU);
+    std::vector<at::Tensor> all;
+    for (const auto& p : m->named_parameters())
+      if (p.key().ends_with("sinks")) all.push_back(p.value().detach());
+    return at::cat(all);
+  };
+  const ScenarioSpec big = parse_scenario(R"(
+model: {preset: tiny, heads: 12, kv_heads: 2, hidden: 96, attention: {sinks: {std: 20, mean: -3}}}
+sweep: {sharder: load_balanced, transport: ring, cp: 2}
+)",
+                                          "x.yaml");
+  EXPECT_EQ(big.model.attention.sinks, 1);
+  EXPECT_EQ(big.model.attention.sink_std, 20.0);
+  EXPECT_EQ(big.model.attention.sink_mean, -3.0);
+  const ScenarioSpec plain = parse_scenario(R"(
+model: {preset: tiny, heads: 12, kv_heads: 2, hidden: 96, attention: {sinks: true}}
+sweep: {sharder: load_balanced, transport: ring, cp: 2}
+)",
+                                            "x.yaml");
+  EXPECT_EQ(plain.model.attention.sink_std, kernels::kSinkInitStddev);
+  // The same seed draws the same standard normals: the big sinks are mean + 10x the default ones.
+  const at::Tensor a = sinks_of(big.model), b = sinks_of(plain.model);
+  EXPECT_TRUE(at::allclose(a, b * 10.0 - 3.0)) << a << b;
+  EXPECT_GT(a.abs().max().item<double>(), 15.0) << a;
+  const auto error_of = [](const std::string& yaml) {
+    try {
+      (void)parse_scenario(yaml, "scenarios/x.yaml");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string zero = error_of("model: {preset: tiny, attention: {sinks: {std: 0}}}\n");
+  EXPECT_NE(zero.find("model.attention.sinks.std"), std::string::npos) << zero;
+  const std::string key = error_of("model: {preset: tiny, attention: {sinks: {scale: 3}}}\n");
+  EXPECT_NE(key.find("model.attention.sinks"), std::string::npos) << key;
+  const std::string mean = error_of("model: {preset: tiny, attention: {sinks: {mean: big}}}\n");
+  EXPECT_NE(mean.find("model.attention.sinks.mean: expected a number"), std::string::npos) << mean;
+}
+
 TEST(AttentionSinks, ControlsSayWhenTheyCannotShow) {
   const Control* per_step = find_control("sink_per_step");
   const Control* unreduced = find_control("sink_grad_unreduced");

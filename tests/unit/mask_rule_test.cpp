@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sharders/core/check.hpp"
 #include "sharders/mask.hpp"
 #include "sharders/stream.hpp"
 
@@ -45,6 +46,14 @@ const std::vector<Row> kTruth = {
     {"sliding_window:1", 4, 4, 0, 0, 0, 0, true, true},
     {"sliding_window:1", 4, 3, 0, 0, 0, 0, true, false},
     {"sliding_window:3", 5, 4, 0, 1, 0, 0, true, true},
+    // The window within the document (a sliding layer under mask: document): both conditions.
+    {"document+sliding_window:3", 5, 4, 0, 0, 0, 0, true, true},
+    {"document+sliding_window:3", 5, 4, 0, 1, 0, 0, true, false},
+    {"document+sliding_window:3", 5, 2, 1, 1, 0, 0, true, false},
+    {"document+sliding_window:3", 5, 3, 1, 1, 0, 0, true, true},
+    {"document+sliding_window:3", 5, 6, 1, 1, 0, 0, true, false},
+    {"document+sliding_window:3", 5, 5, 1, 1, 0, 0, false, false},
+    {"document+sliding_window:3", 5, 4, 1, 1, 0, 1, true, false},
 };
 
 // One token's field as the bounds of a [1, 1, 1] group (queries [B, Nq, 1], keys [B, 1, Nk]).
@@ -77,9 +86,22 @@ TEST(MaskRule, TruthTableOfSingleTokens) {
         << r.mask << " q=" << r.q_pos << " k=" << r.k_pos;
     // The coordinate condition alone, on integers (what mask_area's block counts call).
     const bool by_position = position_test<int64_t>(mask, r.q_pos, r.q_pos, r.k_pos, r.k_pos).some.value_or(true);
-    if (r.k_valid && r.q_seg == r.k_seg && (r.q_doc == r.k_doc || !mask.same_document()))
+    if (r.k_valid && r.q_seg == r.k_seg && (r.q_doc == r.k_doc || !mask.same_document())) {
       EXPECT_EQ(by_position, r.visible) << r.mask << " q=" << r.q_pos << " k=" << r.k_pos;
+    }
   }
+}
+
+TEST(MaskRule, TheDocumentWindowParsesAndPrintsItself) {
+  const MaskSpec m = MaskSpec::parse("document+sliding_window:38");
+  EXPECT_EQ(m.kind, MaskSpec::Kind::sliding_window);
+  EXPECT_EQ(m.window, 38);
+  EXPECT_TRUE(m.documents);
+  EXPECT_TRUE(m.same_document());
+  EXPECT_EQ(m.to_string(), "document+sliding_window:38");
+  EXPECT_FALSE(MaskSpec::parse("sliding_window:38").same_document());
+  EXPECT_NE(MaskSpec::parse("sliding_window:38"), m);
+  EXPECT_THROW((void)MaskSpec::parse("document+causal"), UsageError);
 }
 
 TEST(MaskRule, TileBoundsDecideEmptyAndFullCellsExactly) {
@@ -110,7 +132,8 @@ TEST(MaskRule, KeyRangesAgreeWithTheTruthTable) {
   // One row of 12 tokens, documents [0, 6) and [6, 12), every token valid: a key k is in query q's
   // key_range exactly when the table's rule makes it visible.
   const Stream s = unpacked_stream(12, std::vector<int64_t>{6, 6}, 12);
-  for (const std::string text : {"causal", "full", "document", "sliding_window:1", "sliding_window:3"}) {
+  for (const std::string text :
+       {"causal", "full", "document", "sliding_window:1", "sliding_window:3", "document+sliding_window:3"}) {
     const MaskSpec mask = MaskSpec::parse(text);
     for (int64_t q = 0; q < 12; ++q) {
       const auto [lo, hi] = s.key_range(mask, q);
@@ -118,7 +141,7 @@ TEST(MaskRule, KeyRangesAgreeWithTheTruthTable) {
         bool want = true;
         if (mask.kind != MaskSpec::Kind::full) want = k <= q;
         if (mask.kind == MaskSpec::Kind::sliding_window) want = want && q - mask.window < k;
-        if (mask.kind == MaskSpec::Kind::document) want = want && q / 6 == k / 6;
+        if (mask.kind == MaskSpec::Kind::document || text.starts_with("document+")) want = want && q / 6 == k / 6;
         EXPECT_EQ(lo <= k && k <= hi, want) << text << " q=" << q << " k=" << k;
       }
     }

@@ -257,9 +257,15 @@ TEST(SlidingLayers, ScenarioKeysAndTheirRefusals) {
   EXPECT_NE(stray_transport.find("sweep.transport_sliding: the model has no sliding_attention layers"),
             std::string::npos)
       << stray_transport;
-  const std::string doc_mask =
-      error_of(model + "sweep: {sharder: contiguous, transport: ring, cp: 2, mask: document}\n");
-  EXPECT_NE(doc_mask.find("sweep.mask: the model has sliding_attention layers"), std::string::npos) << doc_mask;
+  // Under mask: document a sliding layer runs the window within its document; a full mask has no
+  // windowed twin.
+  const ScenarioSpec docs =
+      parse_scenario(model + "sweep: {sharder: contiguous, transport: ring, cp: 2, mask: document}\n", "x.yaml");
+  EXPECT_EQ(docs.cases.at(0).sliding_mask, MaskSpec::parse("document+sliding_window:9"));
+  EXPECT_EQ(docs.cases.at(0).mask, MaskSpec::parse("document"));
+  const std::string full_mask = error_of(model + "sweep: {sharder: contiguous, transport: ring, cp: 2, mask: full}\n");
+  EXPECT_NE(full_mask.find("sweep.mask: the model has sliding_attention layers"), std::string::npos) << full_mask;
+  EXPECT_NE(full_mask.find("must be causal or document, got full"), std::string::npos) << full_mask;
   const std::string bad_transport =
       error_of(model + "sweep: {sharder: contiguous, transport: ring, transport_sliding: pigeon, cp: 2}\n");
   EXPECT_NE(bad_transport.find("for sliding-window layers: ring_window"), std::string::npos) << bad_transport;

@@ -5,7 +5,7 @@
 // Layer: h = RMSNorm(x); q, k, v = h W_q, h W_k, h W_v per head; RoPE on q and k; a = attention(q, k, v);
 // out = a W_o. Parameters: attn_norm [hidden], wq [Hq*D, hidden], wk, wv [Hkv*D, hidden], wo [hidden, Hq*D];
 // with model.attention.sinks, sinks [Hq] (one learned logit per query head in every query's softmax,
-// drawn N(0, kSinkInitStddev) after wo; the transports apply it once after their merge,
+// drawn N(sink_mean, sink_std) after wo (default N(0, kSinkInitStddev)); the transports apply it once after their merge,
 // kernels/attention/sink.hpp, the reference as an extra softmax column). With model.attention.layer_types
 // a layer is full or sliding (attention_kind.hpp): a sliding layer calls LayerStep::sliding_attention.
 //
@@ -38,7 +38,7 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 class AttentionLayer final : public MixerLayer {
  public:
-  AttentionLayer(const LayerInit& in, bool sinks, AttentionKind kind)
+  AttentionLayer(const LayerInit& in, const AttentionConfig& c, AttentionKind kind)
       : heads_(in.heads), kv_heads_(in.kv_heads), head_dim_(in.head_dim), kind_(kind) {
     const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
     norm_ = in.ones("attn_norm", in.hidden);
@@ -46,7 +46,7 @@ class AttentionLayer final : public MixerLayer {
     wk_ = in.normal("wk", {kv_heads_ * head_dim_, in.hidden}, s_in);
     wv_ = in.normal("wv", {kv_heads_ * head_dim_, in.hidden}, s_in);
     wo_ = in.normal("wo", {in.hidden, heads_ * head_dim_}, s_in);
-    if (sinks) sinks_ = in.normal("sinks", {heads_}, kernels::kSinkInitStddev);
+    if (c.sinks != 0) sinks_ = in.around("sinks", heads_, c.sink_mean, c.sink_std);
   }
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
     CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
@@ -85,7 +85,7 @@ class MlaLayer final : public MixerLayer {
     wkv_b_ = in.normal("wkv_b", {heads_ * (d_.qk_nope_head_dim + d_.v_head_dim), d_.kv_lora_rank},
                        1.0 / std::sqrt(static_cast<double>(d_.kv_lora_rank)));
     wo_ = in.normal("wo", {in.hidden, heads_ * d_.v_head_dim}, s_in);
-    if (c.sinks != 0) sinks_ = in.normal("sinks", {heads_}, kernels::kSinkInitStddev);
+    if (c.sinks != 0) sinks_ = in.around("sinks", heads_, c.sink_mean, c.sink_std);
   }
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
     CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
@@ -141,7 +141,7 @@ class AttentionMixer final : public Mixer {
                                                        const LayerInit& init) const override {
     if (configs.attention.is_mla())
       return std::make_unique<MlaLayer>(init, configs.attention, configs.attention.kind_of(init.mixer_index));
-    return std::make_unique<AttentionLayer>(init, configs.attention.sinks != 0,
+    return std::make_unique<AttentionLayer>(init, configs.attention,
                                             configs.attention.kind_of(init.mixer_index));
   }
 };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/attention/mla_dims.hpp"
+#include "kernels/attention/sink.hpp"
 #include "kernels/mixers/attention/attention_kind.hpp"
 #include "kernels/mixers/config_field.hpp"
 
@@ -11,8 +12,11 @@ namespace cpbench {
 
 struct AttentionConfig {
   // model.attention.sinks: one learned sink logit per query head in every query's softmax (gpt-oss),
-  // drawn N(0, kSinkInitStddev) (kernels/attention/sink.hpp). 0 / 1.
+  // drawn N(sink_mean, sink_std) (kernels/attention/sink.hpp). 0 / 1.
   int64_t sinks = 0;
+  // model.attention.sinks: {mean: M, std: S}: the sinks' initial distribution (default N(0,
+  // kSinkInitStddev)); large sinks (|s| ~ 20) are where a dropped or doubled sink shows in bf16 (TE #2541).
+  double sink_mean = 0, sink_std = kernels::kSinkInitStddev;
   // model.attention.layer_types: one kind per attention layer, in layer order (attention_kind.hpp);
   // empty: every attention layer full. Not a ConfigField (a list; read by the scenario parser and
   // hf_config).

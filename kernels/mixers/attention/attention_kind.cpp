@@ -22,7 +22,10 @@ AttentionKind parse_attention_kind(const std::string& name, const std::string& w
 MaskSpec layer_mask(AttentionKind kind, const MaskSpec& full_mask, int64_t window) {
   if (kind == AttentionKind::full) return full_mask;
   CP_CHECK(window >= 1, "a sliding_attention layer needs a window >= 1, got ", window);
-  return MaskSpec{MaskSpec::Kind::sliding_window, window};
+  CP_CHECK_USAGE(full_mask.kind == MaskSpec::Kind::causal || full_mask.kind == MaskSpec::Kind::document,
+                 "sliding_attention layers: the window has a twin under a causal or a document mask only, got ",
+                 full_mask.to_string());
+  return MaskSpec{MaskSpec::Kind::sliding_window, window, full_mask.kind == MaskSpec::Kind::document};
 }
 
 }  // namespace cpbench

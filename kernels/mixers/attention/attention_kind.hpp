@@ -20,8 +20,9 @@ enum class AttentionKind { full, sliding };
 // Throws UsageError "<where>: unknown attention kind 'x'; known: full_attention, sliding_attention".
 [[nodiscard]] AttentionKind parse_attention_kind(const std::string& name, const std::string& where);
 
-// The mask a layer of `kind` runs: `full_mask` (the case's) for a full layer, sliding_window:window
-// for a sliding one (window >= 1).
+// The mask a layer of `kind` runs: `full_mask` (the case's) for a full layer; for a sliding one
+// (window >= 1) sliding_window:window under a causal full_mask, document+sliding_window:window (the
+// window intersected with the document) under a document one; any other full_mask: UsageError.
 [[nodiscard]] MaskSpec layer_mask(AttentionKind kind, const MaskSpec& full_mask, int64_t window);
 
 }  // namespace cpbench
