@@ -9,7 +9,7 @@ struct StepConstants {
   // experts, LM head).
   double gemm_efficiency_bf16 = 0.50;       // Hopper / Blackwell
   double gemm_efficiency_bf16_a100 = 0.60;  // Ampere
-  double gemm_efficiency_fp8 = 0.20;        // of the FP8 peak: dynamic scaling's casts and amax passes included
+  double gemm_efficiency_fp8 = 0.18;        // of the FP8 peak: dynamic scaling's casts and amax passes included
   // The part of each dimension's communication the stacks hide behind compute when there is compute to
   // hide it behind (exposed = max((1 - overlap) t, t - the compute it can run under)).
   double fsdp_overlap = 0.9;  // FSDP / ZeRO-3 prefetched all-gathers and async reduce-scatters
@@ -39,8 +39,8 @@ struct StepConstants {
   // What DeepSpeed's ZeRO-3 with the optimizer offloaded still holds on the GPU per (sharded) parameter:
   // bf16 weights and gradients and its fp32 gradient partition and buckets.
   double offload_resident_bytes_per_param = 14.6;
-  // The GPU memory a run cannot use (CUDA context, NCCL buffers, workspace) and the allocator's
-  // fragmentation as a fraction of the activations.
+  // The GPU memory a run cannot use beyond what torch reports as the device's (NCCL buffers, cuBLAS
+  // workspace) and the caching allocator's reserve over the live peak, as a fraction of it.
   double memory_reserve_bytes = 1.0 * (1ull << 30);
   double allocator_overhead = 0.10;
   // Microbatches per step when --global-batch is not given and pp > 1: pp_microbatches_per_stage x pp.

@@ -103,7 +103,7 @@ Memory gpu_memory(const CaseShape& s, const GpuParams& p, const std::vector<Laye
     mem.activations = per_micro + std::max(0.0, working - logits);
     mem.logits = logits;
   }
-  mem.overhead = k.allocator_overhead * (mem.activations + mem.cp_buffers + mem.logits);
+  mem.overhead = k.allocator_overhead * (mem.total() - mem.overhead);
   return mem;
 }
 

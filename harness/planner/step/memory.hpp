@@ -17,7 +17,7 @@
 //   logits      embedding.hpp's, on the last stage (which holds one micro-batch's activations); they are
 //               freed before the backward recomputes a layer, so the last stage's peak is its saved
 //               activations + max(logits, the recomputed layer)
-//   overhead    allocator_overhead x (activations + cp_buffers + logits)
+//   overhead    allocator_overhead x everything above (the caching allocator's reserve over the live peak)
 // The peak is the larger of the first stage (most micro-batches in flight) and the last (the logits);
 // fits_memory: total <= the GPU's memory (or --memory) less memory_reserve_bytes.
 #include <vector>
