@@ -3,6 +3,8 @@
 // fields, given degrees are the first case, and the page is written.
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 #include "harness/planner/step/search.hpp"
 #include "tests/unit/plan_test_util.hpp"
 #include "tests/unit/step_test_util.hpp"
@@ -44,6 +46,21 @@ TEST(StepPlan, DeepSeekV3At128KOn256GpusFits) {
   const std::string features = j["model"]["features"].dump();
   EXPECT_NE(features.find("MLA"), std::string::npos);
   EXPECT_NE(features.find("256 experts"), std::string::npos);
+}
+
+// Kimi K2 (61 layers, a prime: no PP) on 512 GPUs: a whole-step search over every tp x dp x cp x ep x
+// zero x recompute x layout. A generous bound (the is 5 s; ~2 s of CPU on this 2-core machine):
+// a search that grew by an order of magnitude fails here, not a loaded CI machine.
+TEST(StepPlan, KimiK2On512GpusFitsAndSearchesQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto j = plan_json("--model kimi-k2 --seq-len 131072 --gpus 512");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 30.0);
+  const auto& c = j["cases"][0];
+  EXPECT_TRUE(c["fits_memory"].get<bool>());
+  EXPECT_EQ(c["layout"]["kinds"][0]["kind"], "mla");
+  EXPECT_GT(c["parallel"]["ep"].get<int64_t>(), 1);
+  EXPECT_GT(j["searched"].get<int64_t>(), 1000);
 }
 
 TEST(StepPlan, GptOssRunsOneLayoutWithATransportPerKind) {
