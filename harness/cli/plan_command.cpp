@@ -7,6 +7,9 @@
 #include "harness/fs_util.hpp"
 #include "harness/model/hf_config.hpp"
 #include "harness/model/model.hpp"
+#include "harness/planner/step/search.hpp"
+#include "harness/planner/step/step_html.hpp"
+#include "harness/planner/step/step_output.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/transports/transport.hpp"
 #include "reports/json_report.hpp"
@@ -34,7 +37,8 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--doc-dist", o.doc_dist,
                  "document lengths drawn until --seq-len is filled: lognormal:mean=M[,sigma=S][,seed=N] or "
                  "uniform:min=A,max=B[,seed=N]");
-  cmd.add_option("--cp", o.cps, "CP sizes W, e.g. 8,16,64")->delimiter(',')->required();
+  cmd.add_option("--cp", o.cps, "CP sizes W, e.g. 8,16,64 (required without --gpus; with it, default: every divisor)")
+      ->delimiter(',');
   cmd.add_option("--mask", o.mask,
                  "causal, full, document or sliding_window:N (default: the model's sliding window when every "
                  "attention layer uses one, else causal)");
@@ -70,6 +74,48 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--pass", o.pass, "train (forward + backward; default) or forward");
   cmd.add_option("--format", o.format, "table or json")->check(CLI::IsMember({"table", "json"}));
   cmd.add_option("--calibrate", o.calibrate, "report.json: fit FLOP/s and bandwidth from measured runs");
+  // The whole step (docs/planner.md, "The whole step").
+  cmd.add_option("--gpus", o.gpus, "price a whole training step on N GPUs (every layer, every parallel dimension)");
+  cmd.add_option("--tp", o.tp, "tensor-parallel degree (with sequence parallel; within a node; default: searched)");
+  cmd.add_option("--pp", o.pp, "pipeline-parallel degree (1F1B; default: searched)");
+  cmd.add_option("--vp", o.vp, "virtual stages per pipeline rank (interleaved 1F1B; default 1)");
+  cmd.add_option("--ep", o.ep, "expert-parallel degree (over dp x cp ranks; default: searched)");
+  cmd.add_option("--dp", o.dp, "data-parallel degree (default: searched)");
+  cmd.add_option("--zero", o.zero, "ZeRO stage 0|1|2|3 (3 = FSDP; default: 1 and 3 searched)");
+  cmd.add_option("--offload", o.offload, "none (default) or optimizer (Adam on the CPU, ZeRO-Offload)");
+  cmd.add_option("--recompute", o.recompute, "none, selective or full activation recompute (default: all three searched)");
+  cmd.add_option("--precision", o.precision, "bf16 (default) or fp8 (FP8 GEMMs, bf16 attention)");
+  cmd.add_option("--micro-batch", o.micro_batch, "sequences per micro-batch (default 1)");
+  cmd.add_option("--global-batch", o.global_batch,
+                 "sequences per step (default: micro-batch x dp, x 4 pp micro-batches with pipeline parallelism)");
+  cmd.add_option("--memory", o.memory_gib, "GPU memory in GiB, overrides the cluster's");
+  cmd.add_option("--html", o.html, "with --gpus: write a page of the top cases (step split, step time and memory vs cp)");
+  cmd.add_option("--top", o.top, "with --gpus: cases shown (default 10)");
+}
+
+plan::step::StepRequest step_request_from_options(const PlanCommandOptions& o) {
+  using namespace plan::step;
+  StepRequest r;
+  PlanCommandOptions a = o;
+  if (a.cluster.empty()) a.cluster = o.gpus > 8 ? "h100-ib400" : "h100-nvlink";
+  if (a.cps.empty()) a.cps = {1};  // the attention request's own validation; the step searches CP itself
+  r.attention = plan_request_from_options(a);
+  r.attention.cps = o.cps;
+  r.gpus = o.gpus;
+  r.tp = o.tp, r.pp = o.pp, r.vp = o.vp, r.ep = o.ep, r.dp = o.dp, r.zero = o.zero;
+  CP_CHECK_USAGE(o.zero >= -1 && o.zero <= 3, "--zero: expected 0, 1, 2 or 3, got ", o.zero);
+  r.offload = parse_offload(o.offload);
+  if (!o.recompute.empty()) r.recompute = {parse_recompute(o.recompute)};
+  r.precision = parse_precision(o.precision);
+  r.micro_batch = o.micro_batch;
+  r.global_batch = o.global_batch;
+  CP_CHECK_USAGE(o.memory_gib >= 0, "--memory: expected GiB >= 0, got ", o.memory_gib);
+  if (o.memory_gib > 0) r.attention.cluster.memory_bytes = o.memory_gib * static_cast<double>(1ull << 30);
+  CP_CHECK_USAGE(o.top >= 1, "--top: expected >= 1, got ", o.top);
+  r.top = o.top;
+  for (size_t i = 0; i < o.cps.size(); ++i)
+    CP_CHECK_USAGE(o.cps[i] >= 1, "--cp[", i, "]: ", o.cps[i], " is not a CP size (W must be >= 1)");
+  return r;
 }
 
 plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::Calibration* calibration) {
@@ -151,6 +197,20 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
 
 int run_plan_command(const PlanCommandOptions& o) {
   CP_CHECK_USAGE(o.format == "table" || o.format == "json", "--format: expected table or json, got '", o.format, "'");
+  const bool step_flags = o.tp > 0 || o.pp > 0 || o.vp > 0 || o.ep > 0 || o.dp > 0 || o.zero >= 0 ||
+                          o.offload != "none" || !o.recompute.empty() || o.precision != "bf16" || o.micro_batch != 1 ||
+                          o.global_batch > 0 || !o.html.empty();
+  if (o.gpus > 0 || step_flags) {
+    CP_CHECK_USAGE(o.gpus > 0, "--gpus: the whole-step flags (--tp, --pp, --zero, --html, ...) need --gpus N");
+    const plan::step::StepPlan p = plan::step::make_step_plan(step_request_from_options(o));
+    if (!o.html.empty()) plan::step::write_step_html(p, o.html);
+    if (o.format == "json")
+      std::cout << plan::step::step_plan_to_json(p).dump() << "\n";
+    else
+      std::cout << plan::step::step_plan_to_table(p);
+    return 0;
+  }
+  CP_CHECK_USAGE(!o.cps.empty(), "--cp: give at least one CP size, e.g. --cp 8,16,64 (or --gpus N for a whole step)");
   plan::Calibration cal;
   const plan::PlanRequest request = plan_request_from_options(o, &cal);
   const plan::Plan p = plan::make_plan(request);

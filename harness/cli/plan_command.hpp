@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness/planner/plan.hpp"
+#include "harness/planner/step/step_types.hpp"
 
 namespace CLI {
 class App;
@@ -36,6 +37,17 @@ struct PlanCommandOptions {
   std::string pass = "train";  // train (forward + backward) | forward
   std::string format = "table";  // table | json
   std::string calibrate;         // report.json to fit FLOP/s and bandwidth from
+  // The whole step (harness/planner/step/): with --gpus the plan prices every layer and every parallel
+  // dimension; 0 / empty = search it.
+  int64_t gpus = 0, tp = 0, pp = 0, vp = 0, ep = 0, dp = 0;
+  int64_t zero = -1;              // -1: search 1 and 3
+  std::string offload = "none";   // none | optimizer
+  std::string recompute;          // none | selective | full; empty: search all three
+  std::string precision = "bf16";  // bf16 | fp8
+  int64_t micro_batch = 1, global_batch = 0;
+  double memory_gib = 0;          // overrides the cluster's GPU memory
+  std::string html;               // write the page here
+  int64_t top = 10;               // cases shown
 };
 
 // Registers every flag of `cpbench plan` on `command`, writing into `options`.
@@ -44,6 +56,8 @@ void add_plan_options(CLI::App& command, PlanCommandOptions& options);
 // `calibration` (optional) receives the fit when --calibrate is given.
 [[nodiscard]] plan::PlanRequest plan_request_from_options(const PlanCommandOptions& options,
                                                           plan::Calibration* calibration = nullptr);
+// The whole-step request (--gpus given); UsageError on bad input.
+[[nodiscard]] plan::step::StepRequest step_request_from_options(const PlanCommandOptions& options);
 // Prints the plan (table or JSON) on stdout; returns the exit status.
 int run_plan_command(const PlanCommandOptions& options);
 

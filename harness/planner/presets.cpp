@@ -1,15 +1,47 @@
 #include "harness/planner/presets.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "harness/fs_util.hpp"
 
 #include "harness/model/model.hpp"
 #include "harness/planner/format.hpp"
+#include "harness/runner/device_peaks.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench::plan {
 
 int64_t ModelShape::attention_layers() const { return count_layers(mixers, layers, kDefaultMixer); }
 int64_t ModelShape::layers_of(char letter) const { return count_layers(mixers, layers, letter); }
+
+namespace {
+
+// HfModel does not carry tie_word_embeddings; the step's parameter count needs it (a tied LM head is no
+// second vocab x hidden matrix). Read from the config's own text; absent or unreadable: untied.
+bool tied_embeddings(const HfModel& h) {
+  std::string text;
+  if (const ShippedModel* s = find_shipped_model(h.name); s && h.file == s->path) text = s->text;
+  else if (!h.file.empty() && fsu::exists(h.file)) {
+    std::ifstream in(h.file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  if (text.empty()) return false;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    const auto& t = j.contains("text_config") ? j["text_config"] : j;
+    if (t.contains("tie_word_embeddings") && t["tie_word_embeddings"].is_boolean()) return t["tie_word_embeddings"].get<bool>();
+    if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()) return j["tie_word_embeddings"].get<bool>();
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+
+}  // namespace
 
 ModelShape model_shape(const HfModel& h) {
   ModelShape m;
@@ -24,6 +56,16 @@ ModelShape model_shape(const HfModel& h) {
   m.sliding_window = h.sliding_window;
   m.sliding_layers = h.sliding_layers();
   m.source = h.file;
+  m.vocab = h.vocab;
+  m.ffn = h.ffn;
+  m.mlp_layers = h.mlp_layers;
+  m.moe_layers = h.moe_layers;
+  m.experts = h.experts;
+  m.experts_per_token = h.experts_per_token;
+  m.shared_experts = h.shared_experts;
+  m.q_lora_rank = h.q_lora_rank;
+  m.gated_mlp = h.model_type != "nemotron_h";
+  m.tied_embeddings = tied_embeddings(h);
   return m;
 }
 
@@ -60,6 +102,14 @@ KernelModel fitted_kernel(double hbm_bandwidth, const std::string& source) {
   return k;
 }
 
+// The dense bf16 peak of a GPU from the runner's device table (harness/runner/device_peaks.hpp: one source
+// for the datasheets' figures); FP8 is twice it on Hopper and Blackwell.
+double bf16_peak(const std::string& device) {
+  const auto d = find_device_peak(device, 0);
+  CP_CHECK(d.has_value(), "cluster presets: no device peak for '", device, "'");
+  return d->bf16;
+}
+
 }  // namespace
 
 const std::vector<Cluster>& cluster_presets() {
@@ -70,23 +120,49 @@ const std::vector<Cluster>& cluster_presets() {
   // FlashAttention-2 kernel (ring-flash-attention's setting).
   static const std::string carried =
       "fitted on ring-flash-attention's 8 x H800 table; dimensionless constants carried over, F and HBM of this GPU";
+  // Dense GEMM peaks (no sparsity): the runner's device table (device_peaks.hpp) for H100 / H200 / H800
+  // (the same GH100 compute), A100 (no FP8: 0, --precision fp8 is refused) and B200; GB200 and GB300 2.5
+  // / 5 PFLOP/s per GPU (NVIDIA's GB200 NVL72 figures / 72). Host links per GPU and direction: PCIe Gen4 x16 ~25 GB/s,
+  // Gen5 ~50 GB/s, Grace's NVLink-C2C 900 GB/s shared by two GPUs (~200 GB/s each in practice).
+  // Memory: what torch reports as the device's total (an 80 GB H100 79.2 GiB, A100 79.3, H200 140.4;
+  // B200 178, GB200's 186 GB 173, GB300's 288 GB 268).
+  static constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  static const double H100 = bf16_peak("NVIDIA H100 80GB HBM3");
   static const std::vector<Cluster> all = {
-      {"h100-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 80e9,
+      {"h100-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 79.2 * GiB,
        "H100 SXM 80 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
-       fitted_kernel(3.0e12, carried), 150e12},
-      {"h200-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 141e9,
+       fitted_kernel(3.0e12, carried), 150e12, H100, 2 * H100, 50e9},
+      {"h200-nvlink", 600e12, 400e9, 400e9, 5e-6, 8, 140.4 * GiB,
        "H200 SXM 141 GB, every rank on NVLink (one node, or an NVLink Switch domain across nodes)",
-       fitted_kernel(4.3e12, carried), 150e12},
-      {"h100-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 80e9,
+       fitted_kernel(4.3e12, carried), 150e12, H100, 2 * H100, 50e9},
+      {"h100-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 79.2 * GiB,
        "H100 SXM 80 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
-       fitted_kernel(3.0e12, carried), 150e12},
-      {"h200-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 141e9,
+       fitted_kernel(3.0e12, carried), 150e12, H100, 2 * H100, 50e9},
+      {"h200-ib400", 600e12, 400e9, 50e9, 10e-6, 8, 140.4 * GiB,
        "H200 SXM 141 GB, 8 per node on NVLink, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
-       fitted_kernel(4.3e12, carried), 150e12},
-      {"h800-nvlink", 338.3e12, 200e9, 200e9, 5e-6, 8, 80e9,
+       fitted_kernel(4.3e12, carried), 150e12, H100, 2 * H100, 50e9},
+      {"h800-nvlink", 338.3e12, 200e9, 200e9, 5e-6, 8, 79.2 * GiB,
        "H800 SXM 80 GB, 8 on NVLink at 200 GB/s per direction, FlashAttention-2 kernels (ring-flash-attention's "
        "benchmark machine)",
-       fitted_kernel(3.0e12, "fitted on ring-flash-attention's 8 x H800 fwd + bwd table"), 338.3e12 / 4},
+       fitted_kernel(3.0e12, "fitted on ring-flash-attention's 8 x H800 fwd + bwd table"), 338.3e12 / 4, H100,
+       2 * H100, 50e9},
+      // A100: FlashAttention-2's dense-block forward peak ~230 TFLOP/s (its paper: up to 73% of 312);
+      // NVLink 3 600 GB/s both ways, ~240 GB/s per direction in practice; 200 Gb/s HDR InfiniBand per GPU.
+      {"a100-nvlink", 230e12, 240e9, 25e9, 10e-6, 8, 79.3 * GiB,
+       "A100 SXM 80 GB, 8 per node on NVLink 3, nodes over 200 Gb/s HDR InfiniBand (one NIC per GPU)",
+       fitted_kernel(2.0e12, carried), 230e12 / 4, bf16_peak("NVIDIA A100-SXM4-80GB"), 0, 25e9},
+      // Blackwell: attention ~1.2 PFLOP/s forward (FlashAttention-4-class kernels, about half the dense
+      // peak), NVLink 5 1.8 TB/s both ways, ~750 GB/s per direction in practice; 400 Gb/s NICs (HGX) or
+      // 800 Gb/s (GB300's ConnectX-8).
+      {"b200", 1200e12, 750e9, 50e9, 10e-6, 8, 178 * GiB,
+       "B200 192 GB (HGX), 8 per node on NVLink 5, nodes over 400 Gb/s InfiniBand (one NIC per GPU)",
+       fitted_kernel(8.0e12, carried), 300e12, bf16_peak("NVIDIA B200"), 2 * bf16_peak("NVIDIA B200"), 50e9},
+      {"gb200", 1200e12, 750e9, 50e9, 5e-6, 72, 173 * GiB,
+       "GB200 NVL72: 72 B200-class GPUs (186 GB) in one NVLink 5 domain, racks over 400 Gb/s InfiniBand",
+       fitted_kernel(8.0e12, carried), 300e12, 2500e12, 5000e12, 200e9},
+      {"gb300", 1200e12, 750e9, 100e9, 5e-6, 72, 268 * GiB,
+       "GB300 NVL72: 72 Blackwell Ultra GPUs (288 GB) in one NVLink 5 domain, racks over 800 Gb/s ConnectX-8",
+       fitted_kernel(8.0e12, carried), 300e12, 2500e12, 5000e12, 200e9},
   };
   return all;
 }

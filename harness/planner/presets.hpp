@@ -21,6 +21,15 @@ struct ModelShape : MixerConfigs {
   int64_t sliding_window = 0;       // tokens; 0 = none (from the config)
   int64_t sliding_layers = 0;       // attention layers that use it
   std::string source;               // the config file it was read from ("" for flags)
+  // The rest of a training step (harness/planner/step/): 0 when the model was given by flags alone.
+  int64_t vocab = 0;                // vocab_size (embedding rows and LM-head columns)
+  bool tied_embeddings = false;     // tie_word_embeddings: the LM head is the embedding (one matrix)
+  int64_t ffn = 0;                  // intermediate size of one MLP (of one expert in an MoE layer)
+  int64_t mlp_layers = 0;           // MLP blocks (one per layer; 0 for Mamba-2)
+  int64_t moe_layers = 0;           // of which mixture-of-experts
+  int64_t experts = 0, experts_per_token = 0, shared_experts = 0;  // routed experts, top-k, shared
+  int64_t q_lora_rank = 0;          // MLA's query LoRA rank (0 = a full query projection)
+  bool gated_mlp = true;            // SwiGLU-style (3 matrices); Nemotron-H's relu^2 MLP has 2
   [[nodiscard]] int64_t attention_layers() const;
   // Layers of the mixer of `letter` (count_layers, kernels/mixers/mixer.hpp).
   [[nodiscard]] int64_t layers_of(char letter) const;
@@ -44,6 +53,10 @@ struct Cluster {
   // Achieved FLOP/s of a linear mixer's recurrence (its own FLOP count, Mixer::layer_cost): a prior, a quarter of the attention rate (the inter-chunk passes are memory-bound;
   // docs/planner.md, "SSM layers").
   double ssm_flops = 0;
+  // The whole step (harness/planner/step/): dense GEMM peaks per GPU, host link. 0 = unknown (flags only).
+  double bf16_flops = 0;       // FLOP/s, dense bf16 tensor-core peak (no sparsity)
+  double fp8_flops = 0;        // FLOP/s, dense FP8 peak
+  double host_bandwidth = 0;   // B/s per GPU and direction between host memory and the GPU (PCIe / C2C)
 };
 
 // The shipped model configs (scenarios/models/*.json, compiled in), by file stem: llama3-8b,
