@@ -23,7 +23,7 @@ const std::vector<std::string>& known_model_types() {
   static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
                                                "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                                "qwen3_5_moe_text", "kimi_linear", "gpt_oss",
-                                               "deepseek_v3", "kimi_k2"};
+                                               "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"};
   return all;
 }
 
@@ -172,6 +172,10 @@ HfModel parse_json(const nlohmann::json& j, const std::string& file, const std::
   }
   if (t == "deepseek_v3" || t == "kimi_k2") {
     hf::read_mla_moe(f, m);
+    return m;
+  }
+  if (t == "deepseek_v32" || t == "glm_moe_dsa") {
+    hf::read_dsa(f, m);
     return m;
   }
   if (t == "nemotron_h") {

@@ -41,6 +41,8 @@
 //   deepseek_v3, kimi_k2           MLA on every layer (attention.mla), q_lora_rank, MoE after
 //                                  first_k_dense_replace dense layers (routed + shared experts); the
 //                                  attention families' readers (hf_attention_families.hpp) list the fields
+//   deepseek_v32, glm_moe_dsa      as deepseek_v3, plus DeepSeek Sparse Attention on every layer
+//                                  (attention.dsa: index_n_heads, index_head_dim, index_topk)
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.

@@ -34,18 +34,25 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
       std::optional<at::Tensor> loss_mask;
       if (b.loss_mask) loss_mask = b.loss_mask->to(at::kCPU);
       const at::Tensor count = valid_token_count(labels, loss_mask);
-      TensorError e = compare_precision_mean("loss", got.loss, ref.exact.loss,
+      // The mixers' own loss terms (DSA's indexer loss) are judged on their own below: the LM loss here.
+      const auto lm = [](const Outputs& o) {
+        return o.aux_loss.defined() ? o.loss.to(at::kDouble) - o.aux_loss : o.loss;
+      };
+      TensorError e = compare_precision_mean("loss", lm(got), lm(ref.exact),
                                              token_losses(ref.single.logits.to(at::kCPU), labels, loss_mask),
                                              token_losses(ref.exact.logits.to(at::kCPU), labels, loss_mask), count, rule);
       e.step = step;
       errs.push_back(std::move(e));
       const at::Tensor own = token_losses(got.logits.to(at::kCPU), labels, loss_mask).sum() / count;
-      TensorError o = compare_elementwise("loss:from_cp_logits", got.loss, own, elementwise_bound(at::kDouble), {});
+      TensorError o = compare_elementwise("loss:from_cp_logits", lm(got), own, elementwise_bound(at::kDouble), {});
       o.step = step;
       errs.push_back(std::move(o));
     } else {
       check("loss", got.loss, ref.exact.loss, ref.single.loss, {});
     }
+    if (ref.exact.aux_loss.defined())  // DSA's indexer loss: a mean over the whole sequence's valid rows
+      check("loss:indexer", got.aux_loss.reshape({1}), ref.exact.aux_loss.reshape({1}),
+            precision ? ref.single.aux_loss.reshape({1}) : at::Tensor(), {});
     check("logits", masked(got.logits), masked(ref.exact.logits), masked(ref.single.logits), {{"b", "s", "v"}, &got.owner});
     check(x.data.batch.inputs_embeds ? "grad:inputs_embeds" : "grad:embeddings_out", got.x0_grad, ref.exact.x0_grad,
           ref.single.x0_grad, {{"b", "s", "h"}, &got.owner});
@@ -59,7 +66,8 @@ std::vector<TensorError> check_outputs(const CaseContext& x, const Outputs& got,
   if (x.world_pg) {
     // Data-parallel replicas check their own batches; the report takes the worst of them.
     comm::Communicator world(x.world_pg->backend_ptr());
-    const int64_t n = static_cast<int64_t>(x.params.size()) + 4;  // loss (and loss:from_cp_logits), logits, x0
+    // loss (and loss:from_cp_logits), logits, x0 (and loss:indexer)
+    const int64_t n = static_cast<int64_t>(x.params.size()) + 4 + (got.aux_loss.defined() ? 1 : 0);
     at::Tensor worst = at::zeros({n}, at::kDouble);
     for (size_t i = 0; i < errs.size(); ++i) worst[static_cast<int64_t>(i)] = errs[i].score;
     world.all_reduce_max(worst);

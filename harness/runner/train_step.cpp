@@ -182,6 +182,11 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);
     st.loss = token_loss_sum(st.out.logits, *local.labels, local.loss_mask) / count;
+    for (const auto& [letter, ctx] : contexts)  // e.g. DSA's indexer loss, already over the sequence's rows
+      if (const at::Tensor aux = ctx->aux_loss(); aux.defined()) {
+        st.loss = st.loss + aux.to(st.loss.scalar_type());
+        st.aux = st.aux.defined() ? st.aux + aux.detach() : aux.detach();
+      }
   }
   x.sync();
   t.forward = mark("forward", t0);
@@ -234,6 +239,12 @@ Outputs gather_outputs(CaseContext& x, const StepState& kept) {
   at::Tensor l = kept.loss.detach().clone().contiguous();
   x.comm.all_reduce_sum(l);
   o.loss = l;
+  // Every rank calls the collective when any mixer adds to the loss (the same model on every rank).
+  if (kept.aux.defined()) {
+    at::Tensor a = kept.aux.to(at::kDouble).reshape({1}).contiguous();
+    x.comm.all_reduce_sum(a);
+    o.aux_loss = a.squeeze(0);
+  }
   for (auto& [name, p] : x.params) o.grads.push_back(p.grad().detach().clone());
   const at::ScalarType pt = kept.partial_grads.defined() ? kept.partial_grads.scalar_type() : at::kDouble;
   if (pt == at::kBFloat16 || pt == at::kHalf) {

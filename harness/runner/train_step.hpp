@@ -31,6 +31,7 @@ struct StepState {
   std::optional<Sharder> sharder;
   ModelOutput out;
   at::Tensor loss;  // this rank's partial loss (its tokens' loss sum / the global count)
+  at::Tensor aux;   // the part of `loss` the mixers added (DSA's indexer loss; MixerStepContext::aux_loss), or undefined
   // This rank's parameter gradients before the CP all-reduce, flat in CaseContext::params order, in the
   // parameters' dtype (each rounded once by this rank's backward): the precision rule's allowance for
   // 16-bit parameters (Outputs::grad_rounding).
