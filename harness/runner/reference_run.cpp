@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "harness/runner/reference_check.hpp"
+#include "harness/runner/train_step.hpp"
 #include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 
@@ -66,6 +67,9 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   Outputs ref;
   ref.loss = loss.detach();
   if (aux_sum.defined()) ref.aux_loss = aux_sum.to(at::kDouble);
+  for (const auto& [letter, ctx] : contexts)  // one rank: a pick's column is its input position
+    if (const at::Tensor p = ctx->key_picks(); p.defined())
+      ref.picks = sorted_picks(p.to(at::kCPU), x.s.model.attention.dsa.topk);
   ref.logits = out.logits.detach();
   ref.x0_grad = out.x0.grad().detach();
   for (const auto& p : model->parameters()) ref.grads.push_back(grad_or_zeros(p).detach().clone());

@@ -107,6 +107,19 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local) const {
 
 void DsaStepContext::add_loss(const at::Tensor& layer_loss) { aux = aux.defined() ? aux + layer_loss : layer_loss; }
 
+void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
+  at::Tensor p = layer_picks.detach();
+  // Back to rank order (the gathered metadata's columns), so the check can name each key by its input position.
+  if (order.defined())
+    p = order.index_select(0, p.clamp_min(0).flatten()).view_as(p).masked_fill(p.lt(0), -1);
+  // k picks per row whatever the row's length (k_eff = min(k, keys) differs between a padded CP stream and
+  // the unpadded reference).
+  if (p.size(2) < config.topk) p = at::constant_pad_nd(p, {0, config.topk - p.size(2)}, -1);
+  picks.push_back(p);
+}
+
+at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
+
 int64_t DsaStepContext::bytes_per_layer() const {
   return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
          dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);

@@ -43,12 +43,16 @@ struct DsaStepContext final : MixerStepContext {
   at::Tensor row_valid;   // bool [B, S]: the query rows the indexer loss counts (real tokens)
   double loss_rows = 1;   // what a layer's KL sum is divided by (the sequence's valid rows)
   at::Tensor aux;         // this rank's part of the step's indexer loss (sum over layers); undefined: none yet
+  std::vector<at::Tensor> picks;  // per layer, [B, S, k]: its picks as rank-order columns (key_picks)
 
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
   // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes.
   [[nodiscard]] at::Tensor gather_keys(const at::Tensor& local) const;
   void add_loss(const at::Tensor& layer_loss);
+  // Records a layer's picks [B, S, K] (columns in the layer's key order, -1 none) for key_picks.
+  void add_picks(const at::Tensor& layer_picks);
   [[nodiscard]] at::Tensor aux_loss() const override { return aux; }
+  [[nodiscard]] at::Tensor key_picks() const override;
   [[nodiscard]] int64_t bytes_per_layer() const override;
   [[nodiscard]] std::string strategy_name() const override { return "allgather (DSA)"; }
 };

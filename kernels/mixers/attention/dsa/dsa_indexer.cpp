@@ -43,6 +43,7 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
   const at::Tensor picks = ctx.fault == kDsaFaultBufferOrder
                                ? kernels::dsa::select_topk_unstable(scores, ctx.visible, c_.topk)
                                : kernels::dsa::select_topk(scores, ctx.visible, c_.topk);
+  ctx.add_picks(picks);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const kernels::dsa::SparseMla sp = kernels::dsa::sparse_mla(q, lat, w_up, picks, dn, scale);
 
