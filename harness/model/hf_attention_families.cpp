@@ -160,4 +160,22 @@ void read_glm4_moe(const Fields& f, HfModel& m) {
   if (m.moe_layers > 0) m.ffn = f.integer("moe_intermediate_size");
 }
 
+void read_dsa(const Fields& f, HfModel& m) {
+  read_mla_moe(f, m);
+  const bool glm = f.model_type() == "glm_moe_dsa";
+  DsaConfig& d = m.attention.dsa;
+  d.index_heads = f.integer_or("index_n_heads", glm ? 32 : 64);
+  d.index_head_dim = f.integer_or("index_head_dim", 128);
+  d.topk = f.integer_or("index_topk", 2048);
+  d.scoring_relu = true;
+  if (d.index_head_dim <= m.attention.mla.qk_rope_head_dim)
+    f.fail("index_head_dim", "must exceed qk_rope_head_dim " + std::to_string(m.attention.mla.qk_rope_head_dim) +
+                                 " (the indexer's RoPE covers its first qk_rope_head_dim dims)");
+  // GLM-5's shared layers reuse the previous full layer's picks; cpbench runs every layer's own indexer.
+  for (const char* field : {"indexer_types", "index_topk_pattern"})
+    if (f.has(field)) f.fail(field, "shared indexer layers are not supported yet (every DSA layer runs its own indexer)");
+  if (f.integer_or("index_topk_freq", 1) > 1)
+    f.fail("index_topk_freq", "shared indexer layers are not supported yet (every DSA layer runs its own indexer)");
+}
+
 }  // namespace cpbench::hf

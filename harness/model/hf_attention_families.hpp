@@ -27,6 +27,11 @@
 //                    modules, also deepseek_v3's) is kept in HfModel::mtp_layers and NOT counted as layers:
 //                    transformers drops their weights on load (model.layers.46.* for the Air) and the
 //                    training stacks checked here (prime-rl's SFT) do not train them
+//   read_dsa         deepseek_v32 and glm_moe_dsa: read_mla_moe, then DeepSeek Sparse Attention on every
+//                    layer (attention.dsa): index_n_heads (default 64 / GLM-5 32), index_head_dim (128),
+//                    index_topk (2048), the indexer's ReLU (both apply it); GLM-5's shared indexer layers
+//                    (indexer_types, index_topk_pattern, index_topk_freq > 1) are refused, naming the field
+//                    (cpbench's DSA layers all run their own indexer so far)
 #include "harness/model/hf_config.hpp"
 #include "harness/model/hf_fields.hpp"
 
@@ -39,5 +44,6 @@ void read_dense(const Fields& f, HfModel& m);
 void read_gpt_oss(const Fields& f, HfModel& m);
 void read_mla_moe(const Fields& f, HfModel& m);
 void read_glm4_moe(const Fields& f, HfModel& m);
+void read_dsa(const Fields& f, HfModel& m);
 
 }  // namespace cpbench::hf

@@ -24,7 +24,7 @@ const std::vector<std::string>& known_model_types() {
   static const std::vector<std::string> all = {"llama",      "mistral",      "qwen2",   "qwen3",       "nemotron_h",      "jamba",
                                                "mamba2",     "qwen3_next",   "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                                "qwen3_5_moe_text", "kimi_linear", "gpt_oss",
-                                               "deepseek_v3", "kimi_k2",    "glm4_moe"};
+                                               "deepseek_v3", "kimi_k2",    "glm4_moe", "deepseek_v32", "glm_moe_dsa"};
   return all;
 }
 
@@ -187,6 +187,10 @@ HfModel parse_family(const nlohmann::json& j, const std::string& file, const std
   }
   if (t == "glm4_moe") {
     hf::read_glm4_moe(f, m);
+    return m;
+  }
+  if (t == "deepseek_v32" || t == "glm_moe_dsa") {
+    hf::read_dsa(f, m);
     return m;
   }
   if (t == "nemotron_h") {

@@ -46,6 +46,8 @@
 //                                  modules recorded, not counted (hf_attention_families.hpp)
 //   every family                   tie_word_embeddings (default false); the dense MLP layers' width
 //                                  (intermediate_size) in dense_ffn when some MLP layers are not MoE
+//   deepseek_v32, glm_moe_dsa      as deepseek_v3, plus DeepSeek Sparse Attention on every layer
+//                                  (attention.dsa: index_n_heads, index_head_dim, index_topk)
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.

@@ -20,6 +20,7 @@
 #include "harness/runner/reference_run.hpp"
 #include "harness/runner/step_check.hpp"
 #include "harness/runner/train_step.hpp"
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
 #include "reports/json_report.hpp"
 #include "reports/statistics.hpp"
 #include "sharders/core/check.hpp"
@@ -73,6 +74,15 @@ std::string skip_reason(const ScenarioSpec& s, const CaseSpec& c, int job_world_
       const std::string sw = make_transport(c.sliding_transport)->unsupported_mla(s.model.attention.mla_wire);
       if (!sw.empty()) return c.sliding_transport + " (sliding layers, MLA): " + sw;
     }
+  }
+  if (s.model.attention.dsa.enabled()) {
+    // DSA (model.attention.dsa): the transports that carry it; refused here, before any rank starts, never
+    // run dense.
+    const Control* control = case_control(c);
+    const std::string layout = control ? control->layout() : c.sharder;
+    const std::string dsa_why = dsa_unsupported_reason(s.model.attention, c.transport, c.mask,
+                                                       attention_routing(layout) == AttentionRouting::sdpa_hook);
+    if (!dsa_why.empty()) return dsa_why;
   }
   if (s.model.attention.has_sliding()) {
     // The sliding_attention layers: their transport, their mask, the layout it must read.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "harness/runner/reference_check.hpp"
+#include "harness/runner/train_step.hpp"
 #include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 
@@ -56,9 +57,19 @@ Outputs run_reference(const CaseContext& x, TinyTransformer& model, const Global
   ModelOutput out = model->forward(b.input_ids, b.inputs_embeds ? std::optional<at::Tensor>(embeds) : std::nullopt,
                                    *b.position_ids, attn, contexts, sliding ? &sliding_attn : nullptr);
   at::Tensor loss = token_loss_sum(out.logits, *b.labels, b.loss_mask) / valid_token_count(*b.labels, b.loss_mask);
+  at::Tensor aux_sum;
+  for (const auto& [letter, ctx] : contexts)  // e.g. DSA's indexer loss
+    if (const at::Tensor aux = ctx->aux_loss(); aux.defined()) {
+      loss = loss + aux.to(loss.scalar_type());
+      aux_sum = aux_sum.defined() ? aux_sum + aux.detach() : aux.detach();
+    }
   loss.backward();
   Outputs ref;
   ref.loss = loss.detach();
+  if (aux_sum.defined()) ref.aux_loss = aux_sum.to(at::kDouble);
+  for (const auto& [letter, ctx] : contexts)  // one rank: a pick's column is its input position
+    if (const at::Tensor p = ctx->key_picks(); p.defined())
+      ref.picks = sorted_picks(p.to(at::kCPU), x.s.model.attention.dsa.topk);
   ref.logits = out.logits.detach();
   ref.x0_grad = out.x0.grad().detach();
   for (const auto& p : model->parameters()) ref.grads.push_back(grad_or_zeros(p).detach().clone());

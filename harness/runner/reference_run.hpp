@@ -12,6 +12,12 @@ namespace cpbench {
 // What the single-rank reference and the CP step are compared on.
 struct Outputs {
   at::Tensor loss, logits, x0_grad;  // logits and dL/d(x0) in the caller's [B, S, ...] coordinates
+  // The part of `loss` the mixers' layers added (DSA's indexer loss, MixerStepContext::aux_loss; summed
+  // over the CP ranks), float64 scalar; undefined when none.
+  at::Tensor aux_loss;
+  // The keys DSA's layers picked per query, named by their input position and sorted per row (a set):
+  // int64 [B, S, n] in the caller's coordinates, -1 for none (MixerStepContext::key_picks). Undefined: none.
+  at::Tensor picks;
   std::vector<at::Tensor> grads;     // every parameter's gradient, in CaseContext::params order
   at::Tensor owner;                  // [B, S]: the CP rank owning each input position (-1: dropped)
   // CP runs with 16-bit parameters (else empty): per parameter, shaped like it, float32, the sum over

@@ -72,7 +72,7 @@ ModelConfig test_model_of(const yaml_read::Ctx& c, const HfModel& h) {
 }
 
 // model.attention's list keys (not ConfigFields): the per-layer kinds and the sliding window.
-const std::vector<std::string> kAttentionKindKeys{"layer_types", "window", "mla", "mla_wire"};
+const std::vector<std::string> kAttentionKindKeys{"layer_types", "window", "mla", "mla_wire", "dsa"};
 
 // model.attention.layer_types: [full_attention | sliding_attention, ...], one per attention layer;
 // model.attention.window: N >= 1, required with a sliding layer and refused without one. Given here,
@@ -131,6 +131,37 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
       c.fail("model.attention.mla_wire", "unknown mla_wire \"" + w + "\"; known: expanded, latent");
     model.attention.mla_wire = parse_mla_wire(w, "model.attention.mla_wire");
     if (!model.attention.is_mla()) c.fail("model.attention.mla_wire", "needs model.attention.mla");
+  }
+  // model.attention.dsa: {index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff}
+  // (kernels/mixers/attention/dsa/dsa_config.hpp); given keys replace a model.config's own.
+  if (a["dsa"]) {
+    const YAML::Node n = a["dsa"];
+    const std::string key = "model.attention.dsa";
+    if (!n.IsMap()) c.fail(key, "expected a mapping of index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff");
+    check_keys(c, n, key, {"index_heads", "index_head_dim", "topk", "scoring_relu", "loss", "loss_coeff"});
+    DsaConfig& d = model.attention.dsa;
+    if (n["index_heads"]) d.index_heads = read_int(c, n["index_heads"], key + ".index_heads", 1);
+    if (n["index_head_dim"]) d.index_head_dim = read_int(c, n["index_head_dim"], key + ".index_head_dim", 1);
+    if (n["topk"]) d.topk = read_int(c, n["topk"], key + ".topk", 1);
+    if (n["scoring_relu"]) d.scoring_relu = read_bool(c, n["scoring_relu"], key + ".scoring_relu");
+    if (n["loss_coeff"]) d.loss_coeff = read_positive(c, n["loss_coeff"], key + ".loss_coeff");
+    if (n["loss"]) {
+      const std::string l = read_str(c, n["loss"], key + ".loss");
+      if (l != "dense" && l != "sparse") c.fail(key + ".loss", "unknown loss \"" + l + "\"; known: dense, sparse");
+      d.loss = l == "dense" ? DsaLoss::dense : DsaLoss::sparse;
+    }
+    for (const auto& [k, v] : {std::pair<const char*, int64_t>{"index_heads", d.index_heads},
+                               {"index_head_dim", d.index_head_dim}, {"topk", d.topk}})
+      if (v == 0) c.fail(key + "." + k, "missing (DSA needs index_heads, index_head_dim, topk)");
+  }
+  if (model.attention.dsa.enabled()) {
+    const std::string key = "model.attention.dsa";
+    if (!model.attention.is_mla()) c.fail(key, "needs model.attention.mla (DSA is sparse MLA)");
+    if (model.attention.dsa.index_head_dim <= model.attention.mla.qk_rope_head_dim)
+      c.fail(key + ".index_head_dim", "must exceed model.attention.mla.qk_rope_head_dim " +
+                                          std::to_string(model.attention.mla.qk_rope_head_dim) +
+                                          " (RoPE on the indexer's first qk_rope_head_dim dims)");
+    if (model.attention.has_sliding()) c.fail(key, "does not take sliding_attention layers (model.attention.layer_types)");
   }
   if (model.attention.has_sliding() && model.attention.window < 1)
     c.fail("model.attention.window", "missing: model.attention.layer_types has sliding_attention layers");

@@ -64,6 +64,14 @@ void add_attention_spans(const AttentionStats& stats, clock_type::time_point sta
 
 }  // namespace
 
+at::Tensor sorted_picks(const at::Tensor& picks, int64_t per_layer) {
+  const int64_t n = picks.size(-1), k = per_layer > 0 && n % per_layer == 0 ? per_layer : n;
+  auto shape = picks.sizes().vec();
+  shape.back() = n / k;
+  shape.push_back(k);
+  return std::get<0>(picks.reshape(shape).sort(-1)).reshape(picks.sizes()).contiguous();
+}
+
 StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, StepState* keep) {
   const CaseSpec& c = x.c;
   StepTimes t;
@@ -182,6 +190,13 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
     at::Tensor count = valid_token_count(*local.labels, local.loss_mask).contiguous();
     x.comm.all_reduce_sum(count);
     st.loss = token_loss_sum(st.out.logits, *local.labels, local.loss_mask) / count;
+    for (const auto& [letter, ctx] : contexts)  // e.g. DSA's indexer loss, already over the sequence's rows
+      if (const at::Tensor aux = ctx->aux_loss(); aux.defined()) {
+        st.loss = st.loss + aux.to(st.loss.scalar_type());
+        st.aux = st.aux.defined() ? st.aux + aux.detach() : aux.detach();
+      }
+    for (const auto& [letter, ctx] : contexts)
+      if (const at::Tensor p = ctx->key_picks(); p.defined()) st.picks = p;
   }
   x.sync();
   t.forward = mark("forward", t0);
@@ -234,6 +249,12 @@ Outputs gather_outputs(CaseContext& x, const StepState& kept) {
   at::Tensor l = kept.loss.detach().clone().contiguous();
   x.comm.all_reduce_sum(l);
   o.loss = l;
+  // Every rank calls the collective when any mixer adds to the loss (the same model on every rank).
+  if (kept.aux.defined()) {
+    at::Tensor a = kept.aux.to(at::kDouble).reshape({1}).contiguous();
+    x.comm.all_reduce_sum(a);
+    o.aux_loss = a.squeeze(0);
+  }
   for (auto& [name, p] : x.params) o.grads.push_back(p.grad().detach().clone());
   const at::ScalarType pt = kept.partial_grads.defined() ? kept.partial_grads.scalar_type() : at::kDouble;
   if (pt == at::kBFloat16 || pt == at::kHalf) {
@@ -246,6 +267,23 @@ Outputs gather_outputs(CaseContext& x, const StepState& kept) {
       o.grad_rounding.push_back(r.narrow(0, off, n).view(p.sizes()).to(at::kCPU));
       off += n;
     }
+  }
+  if (kept.picks.defined()) {
+    // A pick names a column of the gathered metadata (rank order): its input position is that column's
+    // token's position in the caller's row, known by sharding the positions themselves like the batch.
+    const Sharder& sh = *kept.sharder;
+    const at::Tensor& labels = *x.data.batch.labels;
+    const int64_t B = labels.size(0), S = labels.size(1), W = x.comm.size();
+    const at::Tensor pos = at::arange(S, at::kLong).unsqueeze(0).expand({B, S}).contiguous().to(labels.device());
+    const at::Tensor local_pos = sh.shard_token_tensor(pos, 1, -1).contiguous();  // [B', S_local]
+    const int64_t rows = local_pos.size(0), n = local_pos.size(1);
+    const at::Tensor cols = x.comm.all_gather(local_pos).view({W, rows, n}).permute({1, 0, 2}).reshape({rows, W * n});
+    const at::Tensor p = kept.picks.to(cols.device());
+    at::Tensor named = cols.gather(1, p.clamp_min(0).flatten(1)).view_as(p).masked_fill(p.lt(0), -1);
+    named = sorted_picks(named, x.s.model.attention.dsa.topk);
+    const int64_t k = named.size(2);
+    const at::Tensor all = x.comm.all_gather(named).view({W, rows, n, k}).permute({1, 0, 2, 3}).reshape({rows, W * n, k});
+    o.picks = sh.restore_gathered(all, 1, /*trim=*/true, -1).to(at::kCPU);
   }
   o.owner = input_owner(*kept.sharder, x.data);
   x.sync();

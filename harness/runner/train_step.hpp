@@ -31,11 +31,17 @@ struct StepState {
   std::optional<Sharder> sharder;
   ModelOutput out;
   at::Tensor loss;  // this rank's partial loss (its tokens' loss sum / the global count)
+  at::Tensor aux;   // the part of `loss` the mixers added (DSA's indexer loss; MixerStepContext::aux_loss), or undefined
+  at::Tensor picks; // the keys the mixers picked per local token (MixerStepContext::key_picks), or undefined
   // This rank's parameter gradients before the CP all-reduce, flat in CaseContext::params order, in the
   // parameters' dtype (each rounded once by this rank's backward): the precision rule's allowance for
   // 16-bit parameters (Outputs::grad_rounding).
   at::Tensor partial_grads;
 };
+
+// DSA's picks [.., n] (each layer's `per_layer` picks side by side) with every layer's picks sorted: the
+// layer's SET of keys, whatever order its top-k returned them in.
+[[nodiscard]] at::Tensor sorted_picks(const at::Tensor& picks, int64_t per_layer);
 
 // One step. `stats` is reset and filled (it must outlive the step's backward). With `trace`, records
 // the step's phases and the transport's spans relative to the moment this rank left the step's

@@ -29,6 +29,14 @@ struct MixerStepContext {
   [[nodiscard]] virtual int64_t bytes_per_layer() const { return 0; }
   // The strategy's name as the scenario axis spells it ("" for a mixer without one).
   [[nodiscard]] virtual std::string strategy_name() const { return ""; }
+  // What the mixer's layers added to this rank's loss in the step's forward (DSA's indexer loss), in the
+  // loss's normalisation (the CP ranks' parts sum to the single rank's); undefined: nothing.
+  [[nodiscard]] virtual at::Tensor aux_loss() const { return {}; }
+  // The keys the mixer's layers picked per query token (DSA's top-k), for the reference check: int64
+  // [B, S_local, n] (n: every such layer's picks side by side), each pick the column of the key in the
+  // step's gathered metadata in RANK order ([B, W*S_local]; one rank: the batch's own position), -1
+  // for none. Undefined: the mixer picks nothing.
+  [[nodiscard]] virtual at::Tensor key_picks() const { return {}; }
 };
 
 // The step's contexts, by mixer letter (only the mixers the model has).

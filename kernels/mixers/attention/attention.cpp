@@ -22,6 +22,8 @@
 
 #include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
+#include "kernels/mixers/attention/dsa/dsa_indexer.hpp"
 #include "kernels/mixers/mixer.hpp"
 #include "kernels/mixers/norm.hpp"
 #include "sharders/core/check.hpp"
@@ -86,9 +88,10 @@ class MlaLayer final : public MixerLayer {
                        1.0 / std::sqrt(static_cast<double>(d_.kv_lora_rank)));
     wo_ = in.normal("wo", {in.hidden, heads_ * d_.v_head_dim}, s_in);
     if (c.sinks != 0) sinks_ = in.around("sinks", heads_, c.sink_mean, c.sink_std);
+    if (c.dsa.enabled()) dsa_ = std::make_shared<DsaIndexer>(in, c);
   }
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, const LayerStep& step) const override {
-    CP_CHECK(step.attention != nullptr && static_cast<bool>(*step.attention),
+    CP_CHECK(dsa_ || (step.attention != nullptr && static_cast<bool>(*step.attention)),
              "model: no attention function at the SDPA hook point");
     const int64_t B = x.size(0), S = x.size(1), dn = d_.qk_nope_head_dim, dr = d_.qk_rope_head_dim,
                   r = d_.kv_lora_rank;
@@ -102,6 +105,11 @@ class MlaLayer final : public MixerLayer {
     const at::Tensor c = rms_norm(kva.narrow(-1, 0, r), kv_norm_);
     const at::Tensor k_rope = apply_rope(kva.narrow(-1, r, dr).unsqueeze(1), cos, sin).squeeze(1);  // one per token
     const at::Tensor latent = at::cat({c, k_rope}, -1);  // [B, S, r + dr]
+    if (dsa_) {  // model.attention.dsa: the indexer picks, sparse MLA attends (dsa/dsa_indexer.hpp)
+      const auto rope = [&](const at::Tensor& t) { return apply_rope(t, cos, sin); };
+      const at::Tensor a = dsa_->attend(h, q, latent, wkv_b_, rope, step);
+      return at::linear(a.transpose(1, 2).reshape({B, S, heads_ * d_.v_head_dim}), wo_);
+    }
     CP_CHECK(kind_ == AttentionKind::full || (step.sliding_attention && static_cast<bool>(*step.sliding_attention)),
              "model: a sliding_attention layer but no sliding attention at the hook point (model.attention.layer_types)");
     const AttentionFn& attn = kind_ == AttentionKind::sliding ? *step.sliding_attention : *step.attention;
@@ -121,6 +129,7 @@ class MlaLayer final : public MixerLayer {
   MlaWire wire_;
   AttentionKind kind_;
   at::Tensor norm_, wq_, wkv_a_, kv_norm_, wkv_b_, wo_, sinks_;
+  std::shared_ptr<const DsaIndexer> dsa_;  // model.attention.dsa
 };
 
 class AttentionMixer final : public Mixer {
@@ -137,6 +146,19 @@ class AttentionMixer final : public Mixer {
     return "";
   }
   [[nodiscard]] std::vector<ConfigField> config_fields(MixerConfigs& c) const override { return c.attention.fields(); }
+  // model.attention.dsa: the step's DSA context (dsa/dsa_context.hpp); plain attention needs none (its
+  // transport is the AttentionFn).
+  [[nodiscard]] std::shared_ptr<MixerStepContext> single_rank_context(const MixerConfigs& configs, const TokenMeta& meta,
+                                                                      const MaskSpec& mask, at::ScalarType dtype,
+                                                                      const at::Device& /*device*/) const override {
+    if (!configs.attention.dsa.enabled()) return nullptr;
+    return make_dsa_single_rank_context(configs.attention, meta, mask, dtype);
+  }
+  [[nodiscard]] std::shared_ptr<MixerStepContext> cp_context(const MixerConfigs& configs,
+                                                             const CpStepInputs& in) const override {
+    if (!configs.attention.dsa.enabled()) return nullptr;
+    return make_dsa_cp_context(configs.attention, in);
+  }
   [[nodiscard]] std::unique_ptr<MixerLayer> make_layer(const MixerConfigs& configs,
                                                        const LayerInit& init) const override {
     if (configs.attention.is_mla())

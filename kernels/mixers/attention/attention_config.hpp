@@ -6,6 +6,7 @@
 #include "kernels/attention/mla_dims.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/mixers/attention/attention_kind.hpp"
+#include "kernels/mixers/attention/dsa/dsa_config.hpp"
 #include "kernels/mixers/config_field.hpp"
 
 namespace cpbench {
@@ -29,6 +30,9 @@ struct AttentionConfig {
   MlaDims mla;
   // model.attention.mla_wire: what the transports move, every head's K and V or the latent.
   MlaWire mla_wire = MlaWire::expanded;
+  // model.attention.dsa: DeepSeek Sparse Attention on the MLA layers (dsa/dsa_config.hpp); a mapping of its
+  // own, read by the scenario parser and the deepseek_v32 / glm_moe_dsa config readers.
+  DsaConfig dsa;
   [[nodiscard]] bool is_mla() const { return mla.kv_lora_rank > 0; }
   [[nodiscard]] std::vector<ConfigField> fields() { return {{"sinks", &sinks, 0, /*flag=*/true}}; }
   // The kind of the `index`-th attention layer (full when layer_kinds is empty).

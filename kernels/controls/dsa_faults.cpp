@@ -1,0 +1,56 @@
+// The DeepSeek Sparse Attention negative controls (model.attention.dsa; kernels/mixers/attention/dsa/).
+// Each shards like load_balanced, runs the allgather path and plants its fault through the DSA step
+// context (CpStepInputs::fault, dsa_context.hpp) on every rank:
+//   dsa_buffer_order  the gathered keys left in rank (buffer) order and the top-k by at::topk, which
+//                     leaves score ties to the order the keys sit in: the picks among ReLU's exact-zero
+//                     ties are then not the single rank's.
+//   dsa_kl_per_rank   the indexer's KL divided by this rank's valid rows instead of the sequence's.
+//   dsa_no_detach     the sparse stage's indexer inputs not detached: the KL's gradient reaches the model.
+#include "kernels/controls/control.hpp"
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
+
+namespace cpbench {
+namespace {
+
+class DsaFault final : public Control {
+ public:
+  DsaFault(std::string name, std::string description, std::string fault, bool sparse_only)
+      : name_(std::move(name)), description_(std::move(description)), fault_(std::move(fault)), sparse_only_(sparse_only) {}
+  [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] std::string description() const override { return description_; }
+  [[nodiscard]] std::string mixer_fault(const std::string& mixer, const ControlSite&) const override {
+    return mixer == "attention" ? fault_ : "";
+  }
+  [[nodiscard]] std::string cannot_show(const ControlCase& where) const override {
+    if (where.model && !where.model->attention.dsa.enabled())
+      return "the " + name_ + " negative control needs model.attention.dsa";
+    if (where.cp == 1) return "the " + name_ + " negative control cannot differ from the reference at cp=1";
+    if (sparse_only_ && where.model && where.model->attention.dsa.loss != DsaLoss::sparse)
+      return "the " + name_ + " negative control needs model.attention.dsa.loss: sparse";
+    return "";
+  }
+
+ private:
+  std::string name_, description_, fault_;
+  bool sparse_only_;
+};
+
+}  // namespace
+
+std::unique_ptr<Control> make_dsa_buffer_order_control() {
+  return std::make_unique<DsaFault>("dsa_buffer_order",
+                                    "load_balanced, DSA's keys left in rank order with an unstable top-k (wrong on purpose)",
+                                    kDsaFaultBufferOrder, false);
+}
+std::unique_ptr<Control> make_dsa_kl_per_rank_control() {
+  return std::make_unique<DsaFault>("dsa_kl_per_rank",
+                                    "load_balanced, DSA's indexer KL averaged per rank, not over the sequence (wrong on purpose)",
+                                    kDsaFaultKlPerRank, false);
+}
+std::unique_ptr<Control> make_dsa_no_detach_control() {
+  return std::make_unique<DsaFault>("dsa_no_detach",
+                                    "load_balanced, DSA's sparse-stage indexer inputs not detached (wrong on purpose)",
+                                    kDsaFaultNoDetach, true);
+}
+
+}  // namespace cpbench

@@ -1,0 +1,58 @@
+#include "kernels/mixers/attention/dsa/dsa_costs.hpp"
+
+#include <algorithm>
+
+namespace cpbench::dsa_costs {
+
+int64_t wire_elements_per_token(const DsaDims& d) { return d.mla.latent_dim() + d.index_head_dim; }
+
+int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size) {
+  return (cp - 1) * batch * local_tokens * wire_elements_per_token(d) * element_size;
+}
+
+int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size) {
+  return forward_bytes(d, cp, batch, local_tokens, std::max<int64_t>(4, element_size));
+}
+
+double indexer_flops(const DsaDims& d, double keys) {
+  return 2.0 * static_cast<double>(d.index_heads * (d.index_head_dim + 1)) * keys;
+}
+
+double sparse_core_flops(const DsaDims& d, double keys) {
+  const MlaDims& m = d.mla;
+  const double h = static_cast<double>(d.heads);
+  return 2.0 * h * static_cast<double>(2 * m.kv_lora_rank + m.qk_rope_head_dim) *
+             std::min(keys, static_cast<double>(d.topk)) +
+         2.0 * h * static_cast<double>(m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim));
+}
+
+double dense_core_flops(const DsaDims& d, double keys) {
+  const MlaDims& m = d.mla;
+  return 2.0 * static_cast<double>(d.heads * (m.qk_head_dim() + m.v_head_dim)) * keys;
+}
+
+namespace {
+// sum over n = 1 .. tokens of min(n, k), / tokens.
+double mean_min(double tokens, double k) {
+  if (tokens <= k) return (tokens + 1) / 2;
+  return (k * (k + 1) / 2 + (tokens - k) * k) / tokens;
+}
+}  // namespace
+
+double indexer_flops_per_token(const DsaDims& d, int64_t tokens) {
+  return indexer_flops(d, (static_cast<double>(tokens) + 1) / 2);  // linear in keys: the mean n_t
+}
+
+double sparse_core_flops_per_token(const DsaDims& d, int64_t tokens) {
+  // Linear in min(n, k) plus a per-token term: evaluate at the mean of min(n_t, k) with k = infinity
+  // inside (the mean already applies the cap).
+  DsaDims uncapped = d;
+  uncapped.topk = tokens;
+  return sparse_core_flops(uncapped, mean_min(static_cast<double>(tokens), static_cast<double>(d.topk)));
+}
+
+double dense_core_flops_per_token(const DsaDims& d, int64_t tokens) {
+  return dense_core_flops(d, (static_cast<double>(tokens) + 1) / 2);
+}
+
+}  // namespace cpbench::dsa_costs

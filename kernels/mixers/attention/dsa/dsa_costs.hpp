@@ -1,0 +1,54 @@
+#pragma once
+// DSA's formulas, without tensors: what its key-side wire moves and what its two stages cost. The CP
+// path checks its bytes against these every call (dsa_context.cpp); the planner (harness/planner) is to
+// price the indexer and the sparse core with them as two stages with their own balance.
+//
+// Per layer, per query token t that sees n_t keys (causal: n_t = t + 1 in its document), forward FLOPs:
+//   indexer scoring   2 * H_I * (d_I + 1) * n_t     (every head's q_I . k_I, then the weighted sum over
+//                                                    heads); grows with t: wants a head-tail layout
+//   sparse core       2 * H * (2 r + dr) * min(k, n_t) + 2 * H * r * (dn + dv)
+//                                                    (absorbed MLA over the picks: logits over the latent
+//                                                    and the RoPE key, values over the latent; plus the
+//                                                    absorption of q_nope and the up-projection of the
+//                                                    output, per token); flat once n_t >= k: any even split
+//   dense MLA core    2 * H * (dn + dr + dv) * n_t  (for comparison: the expanded form DSA replaces)
+// The indexer's projections (q_I, k_I, head weights) are dense per-token work, 2 * hidden * (H_I d_I +
+// d_I + H_I) (from h here; DeepSeek's q_I reads the q latent, 2 * q_lora * H_I * d_I instead).
+// DeepSeek-V3.2 (H 128, r 512, dr 64, dn 128, dv 128, H_I 64, d_I 128, k 2048) over a causal 128K row
+// (mean n_t = 65 536.5): indexer 1.08 GFLOP / token (dsa.md: ~1.07, the dot products alone), sparse
+// core 0.60 (dsa.md: ~0.57, without the per-token absorption), dense MLA core 5.37.
+//
+// Wire (the allgather path, Megatron's design): per token per layer the latent r + dr and the index key
+// d_I: 704 values at DeepSeek-V3.2's dims (against 40 960 for its expanded K and V). Per call a rank sends
+// (W - 1) * B * S * (r + dr + d_I) values forward in the input dtype and the same count of gradient values
+// backward in the accumulation dtype (max(4, element size) bytes).
+#include <cstdint>
+
+#include "kernels/attention/mla_dims.hpp"
+
+namespace cpbench::dsa_costs {
+
+struct DsaDims {
+  MlaDims mla;
+  int64_t heads = 0;           // H: the attention's query heads
+  int64_t index_heads = 0;     // H_I
+  int64_t index_head_dim = 0;  // d_I
+  int64_t topk = 0;            // k
+};
+
+// Values one token puts on the key-side wire: r + dr + d_I.
+[[nodiscard]] int64_t wire_elements_per_token(const DsaDims& d);
+// Bytes one rank sends per layer call: forward (W-1) B S n e, backward (W-1) B S n max(4, e).
+[[nodiscard]] int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
+[[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
+
+// Forward FLOPs of one query that sees `keys` keys (formulas above).
+[[nodiscard]] double indexer_flops(const DsaDims& d, double keys);
+[[nodiscard]] double sparse_core_flops(const DsaDims& d, double keys);
+[[nodiscard]] double dense_core_flops(const DsaDims& d, double keys);
+// The same summed over the queries of one causal row of `tokens` tokens (n_t = 1 .. tokens), per token.
+[[nodiscard]] double indexer_flops_per_token(const DsaDims& d, int64_t tokens);
+[[nodiscard]] double sparse_core_flops_per_token(const DsaDims& d, int64_t tokens);
+[[nodiscard]] double dense_core_flops_per_token(const DsaDims& d, int64_t tokens);
+
+}  // namespace cpbench::dsa_costs

@@ -1,0 +1,40 @@
+#pragma once
+// The lightning indexer of one MLA layer with model.attention.dsa, and the layer's DSA attention: what
+// the MLA layer (kernels/mixers/attention/attention.cpp) calls instead of the attention at the hook point.
+//
+// Parameters (drawn after the MLA layer's own, in this order): idx_wq [H_I*d_I, hidden], idx_wk [d_I,
+// hidden], idx_k_norm_w / idx_k_norm_b [d_I] (LayerNorm, eps 1e-6: ones / zeros), idx_w [H_I, hidden].
+//   q_I = h idx_wq^T per head  (HF's wq_b reads the q latent; cpbench's MLA has no q LoRA, so h)
+//   k_I = LayerNorm(h idx_wk^T)  one key per token shared by the indexer heads
+//   RoPE (rotate-half, DeepSeek-V3.2's; not GLM-5's interleaved) on the first qk_rope_head_dim dims of
+//   q_I and k_I (HF: config.qk_rope_head_dim, 64 at DeepSeek-V3.2's dims; the tiny test models' dr), so
+//   d_I > dr is required
+//   w = h idx_w^T * H_I^-0.5 in the compute dtype (float32 for 16-bit models: the fp32 head weights)
+// Then (dsa.hpp): scores against the gathered keys, top-k, sparse MLA over the picks (softmax scale
+// (dn + dr)^-0.5), the indexer's KL added to the step's loss (dsa_context.hpp) times loss_coeff, divided by
+// the sequence's valid rows. In the sparse loss stage h is detached on the indexer's side.
+#include <ATen/ATen.h>
+
+#include <functional>
+
+#include "kernels/mixers/attention/attention_config.hpp"
+#include "kernels/mixers/mixer.hpp"
+
+namespace cpbench {
+
+class DsaIndexer {
+ public:
+  DsaIndexer(const LayerInit& in, const AttentionConfig& config);
+  // h [B, S, hidden] (the layer's normed input), q [B, H, S, dn + dr] (RoPE'd), latent [B, S, r + dr]
+  // ([c, k_rope]), w_up = W_kv_b; rope applies the layer's RoPE to [B, n, S, dr] -> out [B, H, S, dv].
+  [[nodiscard]] at::Tensor attend(const at::Tensor& h, const at::Tensor& q, const at::Tensor& latent,
+                                  const at::Tensor& w_up, const std::function<at::Tensor(const at::Tensor&)>& rope,
+                                  const LayerStep& step) const;
+
+ private:
+  DsaConfig c_;
+  MlaDims d_;
+  at::Tensor wq_, wk_, k_norm_w_, k_norm_b_, w_;
+};
+
+}  // namespace cpbench

@@ -1,0 +1,302 @@
+// DeepSeek Sparse Attention (model.attention.dsa; kernels/mixers/attention/dsa/) on one process: the
+// top-k's tie rule against a brute-force oracle and hand-written rows (score descending, then key index
+// ascending; -1 for invisible picks), the indexer score against its formula written out, sparse MLA
+// against the plain reference attention (dense when k covers every visible key; and restricted to the
+// picks), the indexer KL against a hand computation, DSA's formulas (DeepSeek-V3.2's 704 wire values per
+// token, the per-token FLOPs at 128K), the scenario key and its refusals. Multi-rank agreement on every
+// layout with the picks, the loss and every gradient: scenarios/dsa*.yaml (CTest scenario_dsa*).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/model/hf_config.hpp"
+#include "harness/runner/scenario.hpp"
+#include "kernels/attention/mla.hpp"
+#include "kernels/attention/reference.hpp"
+#include "kernels/mixers/attention/dsa/dsa.hpp"
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
+#include "kernels/mixers/attention/dsa/dsa_costs.hpp"
+#include "sharders/core/check.hpp"
+
+namespace cpbench {
+namespace {
+
+namespace dsa = kernels::dsa;
+
+at::Tensor all_visible(int64_t b, int64_t q, int64_t k) { return at::ones({b, q, k}, at::kBool); }
+
+TEST(DsaTopk, TiesGoToTheLowerKeyIndexAndInvisiblePicksAreMinusOne) {
+  // One query, six keys: scores 0, 2, 0, 2, -1, 0 (exact ties at 2 and at 0).
+  const at::Tensor s = at::tensor({0.0, 2.0, 0.0, 2.0, -1.0, 0.0}, at::kDouble).view({1, 1, 6});
+  EXPECT_TRUE(dsa::select_topk(s, all_visible(1, 1, 6), 4).equal(at::tensor({1, 3, 0, 2}, at::kLong).view({1, 1, 4})));
+  // Key 1 invisible: the next best by score, ties by index.
+  at::Tensor vis = all_visible(1, 1, 6);
+  vis.index_put_({0, 0, 1}, false);
+  EXPECT_TRUE(dsa::select_topk(s, vis, 4).equal(at::tensor({3, 0, 2, 5}, at::kLong).view({1, 1, 4})));
+  // Only two keys visible, k = 4: two picks, then -1.
+  vis = at::zeros({1, 1, 6}, at::kBool);
+  vis.index_put_({0, 0, 4}, true);
+  vis.index_put_({0, 0, 2}, true);
+  EXPECT_TRUE(dsa::select_topk(s, vis, 4).equal(at::tensor({2, 4, -1, -1}, at::kLong).view({1, 1, 4})));
+  // k larger than the row: k_eff = the row's keys.
+  EXPECT_EQ(dsa::select_topk(s, all_visible(1, 1, 6), 64).size(2), 6);
+}
+
+TEST(DsaTopk, EqualsTheBruteForceOracleOnRowsFullOfTies) {
+  // Scores from {-1, 0, 0, 0, 1, 2} (half of them exact zeros), a causal mask: the oracle sorts (score
+  // descending, index ascending) pairs by hand.
+  at::manual_seed(7);
+  const int64_t B = 2, S = 40, k = 9;
+  const at::Tensor table = at::tensor({-1.0, 0.0, 0.0, 0.0, 1.0, 2.0}, at::kDouble);
+  const at::Tensor s = table.index_select(0, at::randint(6, {B * S * S}, at::kLong)).view({B, S, S});
+  const at::Tensor vis = at::ones({S, S}, at::kBool).tril().unsqueeze(0).expand({B, S, S}).contiguous();
+  const at::Tensor got = dsa::select_topk(s, vis, k);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t q = 0; q < S; ++q) {
+      std::vector<std::pair<double, int64_t>> keys;
+      for (int64_t j = 0; j <= q; ++j) keys.emplace_back(-s[b][q][j].item<double>(), j);
+      std::sort(keys.begin(), keys.end());
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t want = i < static_cast<int64_t>(keys.size()) ? keys[static_cast<size_t>(i)].second : -1;
+        ASSERT_EQ(got[b][q][i].item<int64_t>(), want) << "b " << b << " q " << q << " pick " << i;
+      }
+    }
+}
+
+TEST(DsaIndexer, ScoreIsTheWeightedSumOfReluDots) {
+  at::manual_seed(3);
+  const int64_t B = 1, Sq = 3, Sk = 5, H = 2, d = 4;
+  const at::Tensor q = at::randn({B, Sq, H, d}, at::kDouble), k = at::randn({B, Sk, d}, at::kDouble);
+  const at::Tensor w = at::randn({B, Sq, H}, at::kDouble);
+  const at::Tensor got = dsa::index_scores(q, w, k, true), plain = dsa::index_scores(q, w, k, false);
+  for (int64_t t = 0; t < Sq; ++t)
+    for (int64_t s = 0; s < Sk; ++s) {
+      double want = 0, want_plain = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const double dot = (q[0][t][h] * k[0][s]).sum().item<double>() / 2.0;  // d^-0.5 = 1/2
+        want += w[0][t][h].item<double>() * std::max(0.0, dot);
+        want_plain += w[0][t][h].item<double>() * dot;
+      }
+      EXPECT_NEAR(got[0][t][s].item<double>(), want, 1e-12);
+      EXPECT_NEAR(plain[0][t][s].item<double>(), want_plain, 1e-12);
+    }
+  EXPECT_EQ(dsa::index_scores(q.to(at::kBFloat16), w.to(at::kFloat), k.to(at::kBFloat16), true).scalar_type(),
+            at::kFloat);
+}
+
+struct MlaCase {
+  int64_t B = 1, H = 3, S = 24, dn = 6, dr = 4, dv = 5, r = 8;
+  at::Tensor q, latent, w_up;
+  explicit MlaCase(uint64_t seed) {
+    at::manual_seed(seed);
+    q = at::randn({B, H, S, dn + dr}, at::kDouble).requires_grad_(true);
+    latent = at::randn({B, S, r + dr}, at::kDouble).requires_grad_(true);
+    w_up = (at::randn({H * (dn + dv), r}, at::kDouble) * 0.3).requires_grad_(true);
+  }
+  [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dn + dr)); }
+  // The reference attention over the keys `mask` [B, S, S] admits, with MLA's expanded K and V.
+  [[nodiscard]] at::Tensor dense(const at::Tensor& mask) const {
+    const auto [k, v] = kernels::mla_expand(latent, w_up, H, dn);
+    return kernels::reference_attention(q, k, v, mask, scale());
+  }
+};
+
+void expect_same_grads(const at::Tensor& a, const at::Tensor& b, const MlaCase& c) {
+  const at::Tensor g = at::randn(a.sizes(), a.options());
+  const auto grads = [&](const at::Tensor& out) {
+    return torch::autograd::grad({out}, {c.q, c.latent, c.w_up}, {g}, /*retain_graph=*/true);
+  };
+  const auto ga = grads(a), gb = grads(b);
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_TRUE(at::allclose(ga[i], gb[i], 1e-10, 1e-12)) << "gradient " << i;
+}
+
+TEST(DsaSparseMla, EqualsDenseMlaWhenKCoversEveryVisibleKey) {
+  const MlaCase c(11);
+  const at::Tensor causal = at::ones({c.S, c.S}, at::kBool).tril().unsqueeze(0);
+  const at::Tensor scores = at::randn({c.B, c.S, c.S}, at::kDouble);
+  const at::Tensor picks = dsa::select_topk(scores, causal, c.S);  // every visible key
+  const at::Tensor sparse = dsa::sparse_mla(c.q, c.latent, c.w_up, picks, c.dn, c.scale()).out;
+  const at::Tensor dense = c.dense(causal);
+  EXPECT_TRUE(at::allclose(sparse, dense, 1e-10, 1e-12)) << (sparse - dense).abs().max().item<double>();
+  expect_same_grads(sparse, dense, c);
+}
+
+TEST(DsaSparseMla, EqualsTheReferenceRestrictedToThePicks) {
+  const MlaCase c(12);
+  const int64_t k = 5;
+  const at::Tensor causal = at::ones({c.S, c.S}, at::kBool).tril().unsqueeze(0);
+  const at::Tensor scores = at::randn({c.B, c.S, c.S}, at::kDouble);
+  const at::Tensor picks = dsa::select_topk(scores, causal, k);
+  at::Tensor picked = at::zeros({c.B, c.S, c.S + 1}, at::kBool);  // column S catches the -1 picks
+  picked.scatter_(2, picks.remainder(c.S + 1), true);
+  picked = picked.narrow(2, 0, c.S).contiguous();
+  EXPECT_EQ(picked.sum().item<int64_t>(), c.S * k - k * (k - 1) / 2);  // min(k, t + 1) keys per row
+  const at::Tensor sparse = dsa::sparse_mla(c.q, c.latent, c.w_up, picks, c.dn, c.scale()).out;
+  const at::Tensor dense = c.dense(picked);
+  EXPECT_TRUE(at::allclose(sparse, dense, 1e-10, 1e-12)) << (sparse - dense).abs().max().item<double>();
+  expect_same_grads(sparse, dense, c);
+}
+
+TEST(DsaIndexerLoss, IsTheKlOfTheHeadSummedTargetAgainstTheIndexSoftmax) {
+  // Two heads, one query, three keys of which the last is dropped.
+  const at::Tensor target = at::tensor({0.0, 1.0, 5.0, 2.0, 0.0, 5.0}, at::kDouble).view({1, 2, 1, 3});
+  const at::Tensor index = at::tensor({1.0, -1.0, 7.0}, at::kDouble).view({1, 1, 3}).requires_grad_(true);
+  const at::Tensor keep = at::tensor({1, 1, 0}, at::kLong).to(at::kBool).view({1, 1, 3});
+  const double e = std::exp(1.0), e2 = std::exp(2.0);
+  const double p0 = 0.5 * (1 / (1 + e) + e2 / (1 + e2)), p1 = 1 - p0;
+  const double q0 = std::exp(1.0) / (std::exp(1.0) + std::exp(-1.0)), q1 = 1 - q0;
+  const double want = p0 * std::log(p0 / q0) + p1 * std::log(p1 / q1);
+  const at::Tensor kl = dsa::indexer_kl(target, index, keep);
+  EXPECT_NEAR(kl.item<double>(), want, 1e-12);
+  kl.sum().backward();
+  EXPECT_NEAR(index.grad()[0][0][0].item<double>(), q0 - p0, 1e-12);  // d KL / d logit = q - p
+  EXPECT_EQ(index.grad()[0][0][2].item<double>(), 0.0);
+  // A row with nothing kept: 0, no NaN.
+  EXPECT_EQ(dsa::indexer_kl(target, index.detach(), at::zeros({1, 1, 3}, at::kBool)).item<double>(), 0.0);
+}
+
+dsa_costs::DsaDims deepseek_v32() {
+  dsa_costs::DsaDims d;
+  d.mla = MlaDims{512, 64, 128, 128};
+  d.heads = 128;
+  d.index_heads = 64;
+  d.index_head_dim = 128;
+  d.topk = 2048;
+  return d;
+}
+
+TEST(DsaCosts, DeepSeekV32WireAndFlopsPerTokenAt128K) {
+  const auto d = deepseek_v32();
+  EXPECT_EQ(dsa_costs::wire_elements_per_token(d), 704);  // 512 + 64 + 128 (dsa.md)
+  // 8 ranks, 16K tokens each, bf16: 7 * 16384 * 704 * 2 forward, * 4 backward.
+  EXPECT_EQ(dsa_costs::forward_bytes(d, 8, 1, 16384, 2), int64_t{7} * 16384 * 704 * 2);
+  EXPECT_EQ(dsa_costs::backward_bytes(d, 8, 1, 16384, 2), int64_t{7} * 16384 * 704 * 4);
+  const int64_t T = 131072;
+  // dsa.md: indexer ~1.07 GFLOP / token (the dot products; the weighted sum adds 1 / d_I), sparse core
+  // ~0.57 (the picks; the per-token absorption adds 0.034), dense MLA core ~5.37.
+  EXPECT_NEAR(dsa_costs::indexer_flops_per_token(d, T) / 1e9, 1.07 * 129.0 / 128.0, 0.01);
+  const double absorption = 2.0 * 128 * 512 * (128 + 128);
+  EXPECT_NEAR((dsa_costs::sparse_core_flops_per_token(d, T) - absorption) / 1e9, 0.57, 0.005);
+  EXPECT_NEAR(dsa_costs::dense_core_flops_per_token(d, T) / 1e9, 5.37, 0.005);
+  // Flat past k: a query at 128K costs the sparse core what a query at 4K does.
+  EXPECT_EQ(dsa_costs::sparse_core_flops(d, 131072), dsa_costs::sparse_core_flops(d, 4096));
+  EXPECT_LT(dsa_costs::sparse_core_flops(d, 1000), dsa_costs::sparse_core_flops(d, 2048));
+  // Short rows (every key picked): the mean of min(n, k) is the mean of n.
+  EXPECT_DOUBLE_EQ(dsa_costs::sparse_core_flops_per_token(d, 1000),
+                   dsa_costs::sparse_core_flops(d, 500.5));
+}
+
+std::string refusal(const std::string& yaml) {
+  try {
+    (void)parse_scenario(yaml, "scenarios/x.yaml");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(DsaScenario, KeyAndItsRefusals) {
+  const std::string mla = "mla: {kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 12, v_head_dim: 10}";
+  const auto yaml = [&](const std::string& attention) {
+    return "model: {preset: tiny, heads: 4, hidden: 32, attention: {" + attention +
+           "}}\nbatch: {batch_size: 1, seq_len: 64}\nsweep: {sharder: load_balanced, transport: allgather, cp: 2}\n";
+  };
+  const ScenarioSpec s = parse_scenario(
+      yaml(mla + ", dsa: {index_heads: 2, index_head_dim: 16, topk: 8, loss: sparse, loss_coeff: 0.5}"), "x.yaml");
+  const DsaConfig& d = s.model.attention.dsa;
+  EXPECT_EQ(d.index_heads, 2);
+  EXPECT_EQ(d.index_head_dim, 16);
+  EXPECT_EQ(d.topk, 8);
+  EXPECT_TRUE(d.scoring_relu);
+  EXPECT_EQ(d.loss, DsaLoss::sparse);
+  EXPECT_DOUBLE_EQ(d.loss_coeff, 0.5);
+  std::string why = refusal(yaml("dsa: {index_heads: 2, index_head_dim: 16, topk: 8}"));
+  EXPECT_NE(why.find("model.attention.dsa: needs model.attention.mla"), std::string::npos) << why;
+  why = refusal(yaml(mla + ", dsa: {index_heads: 2, index_head_dim: 8, topk: 8}"));
+  EXPECT_NE(why.find("model.attention.dsa.index_head_dim"), std::string::npos) << why;
+  why = refusal(yaml(mla + ", dsa: {index_heads: 2, index_head_dim: 16}"));
+  EXPECT_NE(why.find("model.attention.dsa.topk"), std::string::npos) << why;
+  why = refusal(yaml(mla + ", dsa: {index_heads: 2, index_head_dim: 16, topk: 8, loss: kl}"));
+  EXPECT_NE(why.find("model.attention.dsa.loss"), std::string::npos) << why;
+  // A transport that does not carry DSA is refused before any rank starts, naming the key.
+  const MaskSpec causal = MaskSpec::parse("causal");
+  EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "allgather", causal, false), "");
+  for (const char* t : {"ring", "a2a", "hybrid"}) {
+    why = dsa_unsupported_reason(s.model.attention, t, causal, false);
+    EXPECT_NE(why.find("model.attention.dsa"), std::string::npos) << t << ": " << why;
+  }
+  EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", causal, true), "");
+  EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", MaskSpec::parse("full"), false), "");
+}
+
+TEST(DsaModels, DeepSeekV32AndGlm5ConfigsAreReadWithTheirIndexers) {
+  const HfModel v = shipped_model("deepseek-v3.2");
+  EXPECT_EQ(v.model_type, "deepseek_v32");
+  EXPECT_EQ(v.mixers, std::string(61, 'A'));
+  EXPECT_EQ(v.attention.mla, (MlaDims{512, 64, 128, 128}));
+  EXPECT_EQ(v.attention.dsa.index_heads, 64);
+  EXPECT_EQ(v.attention.dsa.index_head_dim, 128);
+  EXPECT_EQ(v.attention.dsa.topk, 2048);
+  EXPECT_TRUE(v.attention.dsa.scoring_relu);
+  const HfModel g = shipped_model("glm-5");
+  EXPECT_EQ(g.model_type, "glm_moe_dsa");
+  EXPECT_EQ(g.mixers, std::string(78, 'A'));
+  EXPECT_EQ(g.heads, 64);
+  EXPECT_EQ(g.hidden, 6144);
+  EXPECT_EQ(g.q_lora_rank, 2048);
+  EXPECT_EQ(g.attention.mla, (MlaDims{512, 64, 192, 256}));
+  EXPECT_EQ(g.attention.dsa.index_heads, 32);
+  EXPECT_EQ(g.attention.dsa.index_head_dim, 128);
+  EXPECT_EQ(g.attention.dsa.topk, 2048);
+  // GLM-5's wire: 512 + 64 + 128 values per token, as DeepSeek-V3.2's.
+  dsa_costs::DsaDims d;
+  d.mla = g.attention.mla;
+  d.index_head_dim = g.attention.dsa.index_head_dim;
+  EXPECT_EQ(dsa_costs::wire_elements_per_token(d), 704);
+  // Defaults when the fields are absent (transformers' config classes), and the refusals.
+  nlohmann::json j = nlohmann::json::parse(find_shipped_model("glm-5")->text);
+  j.erase("index_n_heads");
+  EXPECT_EQ(parse_hf_config(j.dump(), "x.json", "x").attention.dsa.index_heads, 32);
+  const auto error_of = [](const nlohmann::json& c) {
+    try {
+      (void)parse_hf_config(c.dump(), "models/x.json", "x");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  j["index_topk_pattern"] = "FSSF";
+  EXPECT_NE(error_of(j).find("index_topk_pattern: shared indexer layers"), std::string::npos) << error_of(j);
+  j.erase("index_topk_pattern");
+  j["index_head_dim"] = 64;
+  EXPECT_NE(error_of(j).find("index_head_dim: must exceed qk_rope_head_dim 64"), std::string::npos) << error_of(j);
+}
+
+TEST(DsaModels, AScenarioShrinksTheShippedModelAndKeepsItsIndexer) {
+  const ScenarioSpec s = parse_scenario(R"(
+model:
+  config: deepseek-v3.2
+  layers: 2
+  hidden: 64
+  heads: 4
+  vocab: 128
+  ffn: 64
+  attention:
+    mla: {kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 12, v_head_dim: 10}
+    dsa: {index_heads: 2, index_head_dim: 16, topk: 16}
+batch: {batch_size: 1, seq_len: 64}
+sweep: {sharder: load_balanced, transport: allgather, cp: 2}
+)",
+                                        "x.yaml");
+  EXPECT_EQ(s.model.attention.dsa.index_heads, 2);
+  EXPECT_EQ(s.model.attention.dsa.topk, 16);
+  EXPECT_EQ(s.model.attention.dsa.loss, DsaLoss::dense);
+}
+
+}  // namespace
+}  // namespace cpbench
