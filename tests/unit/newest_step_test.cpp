@@ -74,6 +74,33 @@ TEST(NewestStep, TheStepThisMachineHidFromEDivisiveIsFoundAtItsRun) {
   EXPECT_EQ(h.exit_status(), 1);
 }
 
+// The newest-runs test asks about the newest segment only: the runs since E-Divisive's newest change point
+// (reports/history_check.cpp). Issue 52's plant judged it from run 0, so an old, slower build in front of the
+// series hid the newest slowdown behind runs that were slower still. The series: 9 runs of an old build at
+// 0.6 x the rate (12,600 tokens/s, +-4 %), then this machine's 18 runs with their newest 6 at 1.05 x (a
+// 13.9 % drop instead of 18 %: small enough that E-Divisive places only the old change, at run 10, p 0.005;
+// on the 18 runs since it the newest-runs test finds run 22 at p 0.01; over all 27 runs no tail is
+// significant, p 1). Planted (from = 0): regression false, the newest change run 10, exit 4.
+TEST(NewestStep, TheNewestRunsAreJudgedFromTheNewestChangePointNotFromRunZero) {
+  std::vector<double> rates;
+  for (int i = 0; i < 9; ++i) rates.push_back(21000 * 0.6 * (1 + 0.02 * ((i * 7) % 5 - 2)));
+  for (size_t i = 0; i < kMachineCase0.size(); ++i) rates.push_back(kMachineCase0[i] * (i >= 12 ? 1.05 : 1.0));
+  const ChangePointOptions o;
+  const std::vector<ChangePoint> cps = e_divisive(slowness(rates), o);
+  ASSERT_EQ(cps.size(), 1u) << "E-Divisive sees the old build's change only";
+  EXPECT_EQ(cps[0].index, 9);
+  EXPECT_GT(newest_step_up(slowness(rates), o).p_value, o.alpha) << "from run 0 the newest runs hide";
+  const HistoryCheck h = check_history(history(rates), HistoryCheckOptions{}, "old build + exp39r/rep3");
+  ASSERT_EQ(h.cases.size(), 1u);
+  ASSERT_FALSE(h.cases[0].changes.empty());
+  const SeriesChange& x = h.cases[0].changes.back();
+  EXPECT_TRUE(h.cases[0].regression) << "the newest 6 runs are 13 % slower than the 12 before them";
+  EXPECT_TRUE(x.newest_runs_test);
+  EXPECT_EQ(x.first_run_id, 22);
+  EXPECT_NEAR(x.rate_drop, 1 - 1.05 * 0.82, 0.03);
+  EXPECT_EQ(h.exit_status(), 1);
+}
+
 TEST(NewestStep, NoiseAndTiesRaiseItAtAboutAlpha) {
   const ChangePointOptions o;
   int alarms = 0;
