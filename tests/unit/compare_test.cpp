@@ -287,7 +287,7 @@ TEST(ReportJson, RoundTripsEveryField) {
   m.cpu_s = {0.2, 0.21, 0.22};
   m.machine = {2, 0.5, 1.5, 0.25, 2, 12, 2400};
   r.results[0].collectives.push_back({"all_gather", 65536, 4, 1e-4, 6.5e8, 3.2e8, 0.5});
-  r.results[0].peak = {5e10, "probe: CPU Float GEMM, 1 thread(s)", 8e9, "probe: host memory copy"};
+  r.results[0].peak = {5e10, "probe: CPU Float GEMM, 1 thread(s)", 8e9, "probe: host memory copy", {}};
   Report back = report_from_json(to_json(r));
   EXPECT_EQ(to_json(back).dump(), to_json(r).dump());
   EXPECT_TRUE(back.partial);

@@ -82,7 +82,7 @@ TEST(GpuCeilings, Float32AttentionIsHeldToItsRoutesCeiling) {
 
 TEST(GpuCeilings, InSwitchReductionAboveTheLinkWarnsInsteadOfFailing) {
   RunResult r;
-  r.peak = {989.4e12, "table: H200 SXM bfloat16 dense", 450e9, "table: H200 SXM NVLink per direction"};
+  r.peak = {989.4e12, "table: H200 SXM bfloat16 dense", 450e9, "table: H200 SXM NVLink per direction", {}};
   // nccl-tests' NVLS all-reduce on 8 H200s: ~480 GB/s busbw, above 450 GB/s per direction.
   r.collectives = {{"all_reduce", 1 << 30, 1, 4e-3, 268e9, 480e9, 1.75},
                    {"reduce_scatter", 1 << 30, 1, 4e-3, 520e9, 460e9, 0.875}};

@@ -9,7 +9,7 @@ using V = std::vector<std::vector<int64_t>>;
 
 namespace {
 V ranks_of(const std::string& name, int64_t cp, int64_t S) {
-  return make_layout(name)->compute(LayoutRequest{cp, S, {}, MaskSpec{}, 0}).ranks;
+  return make_layout(name)->compute(LayoutRequest{cp, S, {}, MaskSpec{}, 0, {}}).ranks;
 }
 V thd_ranks(int64_t cp, std::vector<int64_t> docs) {
   LayoutRequest r;

@@ -148,7 +148,7 @@ TEST(MachineState, CountsACompetingProcessAndMarksTheMeasurementNoisy) {
 TEST(Ceilings, AnImpossibleRateFailsNamingBothNumbers) {
   RunResult r;
   r.metrics = {{"attention_computed_tflops_per_s_max", 2e-3, "TFLOP/s", 0}, {"model_tflops_per_s_per_rank", 1e-3, "TFLOP/s", 0}};
-  r.peak = {1e12, "probe: CPU Float GEMM, 1 thread(s)", 5e9, "probe: host memory copy"};
+  r.peak = {1e12, "probe: CPU Float GEMM, 1 thread(s)", 5e9, "probe: host memory copy", {}};
   EXPECT_EQ(impossible_rates(r), "");
   r.peak.flops = 1e6;  // measure.peak_flops: 1e6
   r.peak.flops_source = "measure.peak_flops";

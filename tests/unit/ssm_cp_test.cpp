@@ -36,7 +36,7 @@ namespace {
 
 // 2 rows of 64 tokens over 4 ranks, 4 heads x 16 in 2 groups, state 8, conv 4, float64, 2 chunks a rank.
 SsmCpShape shape_for_hand_numbers() {
-  return ssm_cp_shape(SsmConfig{4, 16, 8, 2, 4}, linear_cp_shape(/*rows=*/2, /*seq_len=*/64, /*cp=*/4, /*conv=*/4,
+  return ssm_cp_shape(SsmConfig{4, 16, 8, 2, 4, kSsmChunk, ""}, linear_cp_shape(/*rows=*/2, /*seq_len=*/64, /*cp=*/4, /*conv=*/4,
                                                                 /*elem_bytes=*/8, /*chunks_per_rank=*/2));
 }
 
@@ -188,7 +188,7 @@ Compared check_layer(const LayerCase& k, const SsmConfig& c, bool drop_state = f
 std::string label(const LayerCase& k) { return linear_test::case_label(k); }
 
 // Nemotron-H-like proportions at test size: 4 heads in 2 groups, conv 4.
-SsmConfig test_config() { return SsmConfig{4, 8, 8, 2, 4}; }
+SsmConfig test_config() { return SsmConfig{4, 8, 8, 2, 4, kSsmChunk, ""}; }
 
 }  // namespace
 
@@ -213,7 +213,7 @@ TEST(SsmStatePassing, LowPrecisionAndAConvOfOne) {
                                            << " dL/dparams " << d.param_grad;
   }
   const LayerCase k{"thd", 3, "document", at::kDouble};
-  const Compared d = check_layer(k, SsmConfig{3, 8, 4, 1, 1});
+  const Compared d = check_layer(k, SsmConfig{3, 8, 4, 1, 1, kSsmChunk, ""});
   EXPECT_LT(d.worst(), tolerance(at::kDouble)) << "conv 1 (no halo): " << label(k);
 }
 
