@@ -92,7 +92,12 @@ void ForwardPass::finish(const char* transport, int64_t bytes, ByteFormula formu
 BackwardPass::BackwardPass(const TransportState& st_in, const char* transport_in, const at::Tensor& q,
                            const at::Tensor& grad_out, const at::Tensor& out_in, const at::Tensor& lse_in,
                            const at::Tensor& sinks_in, const at::Tensor& kv_up_in)
-    : st(&st_in), transport(transport_in), input(q.scalar_type()), out(out_in), lse(lse_in), sinks(sinks_in),
+    : st(&st_in),
+      transport(transport_in),
+      input(q.scalar_type()),
+      out(out_in),
+      lse(lse_in),
+      sinks(sinks_in),
       kv_up(kv_up_in) {
   const auto cd = compute_dtype(input);
   const auto kd = st->kernel_dtype(q);

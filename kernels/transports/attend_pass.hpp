@@ -52,8 +52,8 @@ struct ForwardPass {
   const TransportState* st = nullptr;
   at::ScalarType input = at::kFloat;  // q's dtype
   at::Tensor qc;                      // q [B, Hq, S, D] in the kernel dtype, contiguous
-  at::Tensor sinks, kv_up;  // undefined when none
-  at::Tensor out, lse;  // [B, Hq, S, Dv], [B, Hq, S] in the compute dtype; undefined until a block merges
+  at::Tensor sinks, kv_up;            // undefined when none
+  at::Tensor out, lse;                // [B, Hq, S, Dv], [B, Hq, S] in the compute dtype; undefined until a block merges
   CallPairs pairs;
 };
 
