@@ -14,14 +14,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <limits>
 #include <span>
 #include <vector>
 
-#include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
+#include "kernels/transports/attend_pass.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
 #include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
@@ -40,17 +39,14 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& kvw,
                             const std::optional<at::Tensor>& sinks_in, const std::optional<at::Tensor>& kv_up_in,
                             const TransportState& st) {
-    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
-    const at::Tensor kv_up = kv_up_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
-    const auto cd = compute_dtype(q.scalar_type());
-    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
-    at::Tensor qc, local_kv, gathered;
+    ForwardPass f;
+    at::Tensor local_kv, gathered;
     c10::intrusive_ptr<c10d::Work> work;
     {
       Phase p(st, Phase::Kind::compute, "allgather_fwd:prologue");
-      qc = q.to(kd).contiguous();
+      f = ForwardPass(st, q, sinks_in, kv_up_in);
       local_kv = wire.to_wire(kvw);  // [2, B, Hkv, S, D] (MLA: pack_kv's forms), input dtype
     }
     int64_t bytes = 0;
@@ -70,22 +66,12 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     std::vector<int64_t> block_shape = local_kv.sizes().vec();
     block_shape.insert(block_shape.begin(), W);
     const at::Tensor blocks = gathered.view(block_shape);
-    at::Tensor out, lse;
-    CallPairs pairs;
     // Step s: the block of rank (r - s) mod W; step 0 (the local block) overlaps the all-gather.
     const auto attend_block = [&](int s, const at::Tensor& kv_wire) {
-      const int src = (r - s + W) % W;
       const std::string label = step_label("allgather", false, s);
       const StepRange step(st, label);
       Phase p(st, Phase::Kind::compute, label);
-      const BlockPlan& plan = st.plan(src);
-      const KernelRoute route = st.route(src, qc);
-      st.count_block(plan, route, pairs);
-      if (route == KernelRoute::skipped) return;
-      const auto [kb, vb] = unpack_kv(wire.from_wire(kv_wire), kv_up, st.shape, kd);
-      if (st.shape.latent) ++pairs.up_projected_blocks;
-      merge_block(out, lse, routed_forward(qc, kb, vb, plan, st.scale, route, st.numerics(q.scalar_type())));
-      merge_sink(st, out, lse, sinks, /*after_block=*/true);
+      f.attend((r - s + W) % W, wire, kv_wire);
     };
     attend_block(0, local_kv);  // overlaps the all-gather
     if (work) {
@@ -94,20 +80,10 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
       flight.done(st, "allgather_fwd:all_gather");
     }
     for (int s = 1; s < W; ++s) attend_block(s, blocks[(r - s + W) % W]);
-    if (!out.defined()) {
-      out = at::zeros({qc.size(0), qc.size(1), qc.size(2), st.shape.v_head_dim}, qc.options().dtype(cd));
-      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
-                     qc.options().dtype(cd));
-    }
-    merge_sink(st, out, lse, sinks, /*after_block=*/false);
-    check_accumulator(out, q.scalar_type(), "allgather forward: the merged output", st);
-    check_accumulator(lse, q.scalar_type(), "allgather forward: the merged log-sum-exp", st);
-    tap_forward_lse(lse);
-    check_wire_bytes(st, bytes, /*forward=*/true, "allgather", q.element_size());
-    st.count_call(bytes, pairs);
-    ctx->save_for_backward({q, kvw, out, lse, blocks, sinks, kv_up});
+    f.finish("allgather", bytes, ByteFormula::kv_passing);
+    ctx->save_for_backward({q, kvw, f.out, f.lse, blocks, f.sinks, f.kv_up});
     ctx->saved_data["state"] = comm::make_saved_object(st);
-    return out.to(q.scalar_type());
+    return f.out.to(q.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -116,39 +92,26 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
     const at::Tensor &q = saved[0], &kvw = saved[1], &out = saved[2], &lse = saved[3], &blocks = saved[4],
                      &sinks = saved[5], &kv_up = saved[6];
     const int W = st.comm.size(), r = st.comm.rank();
-    const auto cd = compute_dtype(q.scalar_type());
-    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
-
-    at::Tensor qc, dout, dsum, dq, dkv_all;
+    BackwardPass b;
+    at::Tensor dkv_all;
     {
       Phase p(st, Phase::Kind::compute, "allgather_bwd:prologue");
-      qc = q.to(kd).contiguous();
-      dout = grads[0].to(kd).contiguous();
-      dsum = (dout.to(cd) * out).sum(-1);
-      dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
+      b = BackwardPass(st, "allgather", q, grads[0], out, lse, sinks, kv_up);
       std::vector<int64_t> shape = blocks.sizes().vec();
-      dkv_all = at::zeros(shape, qc.options().dtype(cd));  // [W, 2, B, Hkv, S, D] (blocks' form)
-      check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
+      dkv_all = at::zeros(shape, b.dq.options());  // [W, 2, B, Hkv, S, D] (blocks' form), compute dtype
       check_accumulator(dkv_all, q.scalar_type(), "allgather backward: the dK/dV of every block", st);
     }
-    at::Tensor dkv_up;  // MLA latent wire: this rank's d W_up over the blocks it attended
     for (int s = 0; s < W; ++s) {
       const int src = (r - s + W) % W;
       const std::string label = step_label("allgather", true, s);
       const StepRange step(st, label);
       Phase p(st, Phase::Kind::compute, label);
-      const BlockPlan& plan = st.plan(src);
-      const KernelRoute route = st.route(src, qc);
-      if (route == KernelRoute::skipped) continue;
-      const at::Tensor block = wire.from_wire(blocks[src]);
-      const auto [kb, vb] = unpack_kv(block, kv_up, st.shape, kd);
-      BlockGrads g = routed_backward(dout, qc, kb, vb, out, lse, dsum, plan, st.scale, route,
-                                     st.numerics(q.scalar_type()));
-      dq.add_(g.dq);
-      dkv_all[src].copy_(pack_kv_grad(g.dk.to(cd), g.dv.to(cd), block, kv_up, st.shape, dkv_up));
+      const at::Tensor contrib = b.block(src, wire, blocks[src]);
+      if (contrib.defined()) dkv_all[src].copy_(contrib);
     }
     at::Tensor dkv;
+    int64_t bytes = 0;
     if (W > 1) {
       at::Tensor full = wire.to_wire(dkv_all.flatten(0, 1));  // [W*2, B, Hkv, S, D] (MLA: [W, ...])
       // The reduce-scatter sums W partial dK/dV: in 16 bits every addition would round.
@@ -159,67 +122,26 @@ class AllGatherAttention : public torch::autograd::Function<AllGatherAttention> 
         dkv = wire.from_wire(st.comm.reduce_scatter_sum(full));  // [2, B, Hkv, S, D]
         rs.done(st, "allgather_bwd:reduce_scatter", true);
       }
-      check_wire_bytes(st, (W - 1) * static_cast<int64_t>(dkv.nbytes()), /*forward=*/false, "allgather",
-                       q.element_size());
-      if (st.stats) st.stats->bytes_sent += (W - 1) * static_cast<int64_t>(dkv.nbytes());
+      bytes = (W - 1) * static_cast<int64_t>(dkv.nbytes());
     } else {
       dkv = dkv_all[0];
     }
-    check_accumulator(dq, q.scalar_type(), "allgather backward: dQ", st);
-    check_accumulator(dkv, q.scalar_type(), "allgather backward: the reduce-scattered dK/dV", st);
-    const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
-    at::Tensor dw;
-    if (kv_up.defined()) dw = dkv_up.defined() ? dkv_up.to(kv_up.scalar_type()) : at::zeros_like(kv_up);
-    return {dq.to(q.scalar_type()), dkv.to(kvw.scalar_type()), dsinks, dw, at::Tensor()};
-  }
-};
-
-class AllGatherTransport final : public Transport {
- public:
-  [[nodiscard]] std::string name() const override { return "allgather"; }
-
-  [[nodiscard]] std::string unsupported_reason(const MaskSpec& mask, const at::TensorOptions& options,
-                                               int64_t cp) const override {
-    return common_unsupported_reason(mask, options, cp);
-  }
-
-  // Both wires: the latent is gathered and every block up-projected where it is attended.
-  [[nodiscard]] std::string unsupported_mla(MlaWire /*wire*/) const override { return ""; }
-
-  [[nodiscard]] at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const AttentionContext& ctx) const override {
-    const AttendShape shape = check_attend(name(), q, k, v, ctx);
-    if (shape.world == 1) {
-      if (!shape.latent)
-        return single_block_attention(q, k, v, ctx.sinks, make_state(ctx, shape, q.device()), name());
-      // Nothing travels: the latent is up-projected as the layer would (mla.hpp mla_expand).
-      const auto [ke, ve] = mla_expand(k.select(1, 0), ctx.kv_up, shape.q_heads, shape.qk_nope_head_dim);
-      return single_block_attention(q, ke, ve, ctx.sinks, make_state(ctx, shape, q.device()), name());
-    }
-    return AllGatherAttention::apply(q, pack_kv(k, v, shape), optional_sinks(ctx.sinks), optional_tensor(ctx.kv_up),
-                                     make_state(ctx, shape, q.device()));
-  }
-
-  // Formulas: kv_passing_costs.hpp.
-  [[nodiscard]] int64_t bytes_per_call(const CallShape& c) const override {
-    return allgather_bytes(c);
-  }
-
-  [[nodiscard]] int64_t forward_bytes_per_call(const CallShape& c) const override {
-    return kv_passing_forward_bytes(c);
-  }
-
-  [[nodiscard]] CallTime time_per_call(const CallCostInputs& in) const override {
-    return allgather_time(in);
-  }
-
-  [[nodiscard]] int64_t peak_activation_bytes(const ActivationShape& a) const override {
-    return allgather_peak_activation_bytes(a);
+    const BackwardResult g = b.finish(dkv, bytes, ByteFormula::kv_passing);
+    return {g.dq, dkv.to(kvw.scalar_type()), g.dsinks, g.dw, at::Tensor()};
   }
 };
 
 }  // namespace
 
-std::shared_ptr<const Transport> make_allgather_transport() { return std::make_shared<AllGatherTransport>(); }
+// Both MLA wires: the latent is gathered and every block up-projected where it is attended.
+std::shared_ptr<const Transport> make_allgather_transport() {
+  const auto attention = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                            const TransportState& st, const at::Tensor& kv_up) -> at::Tensor {
+    if (st.shape.world == 1) return single_block_attention(q, k, v, sinks, st, "allgather", kv_up);
+    return AllGatherAttention::apply(q, pack_kv(k, v, st.shape), optional_sinks(sinks), optional_tensor(kv_up), st);
+  };
+  return make_kv_passing_transport(
+      {"allgather", attention, allgather_bytes, allgather_time, allgather_peak_activation_bytes});
+}
 
 }  // namespace cpbench::kernels

@@ -6,6 +6,7 @@
 // the multi-block paths are (one step, label "<transport>_<fwd|bwd>:0").
 #include <torch/torch.h>
 
+#include "kernels/attention/mla.hpp"
 #include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
 #include "kernels/transports/accumulator.hpp"
@@ -34,7 +35,7 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
     const KernelRoute route = st.route(0, qc);
     CallPairs pairs;
     st.count_block(plan, route, pairs);
-    // MLA's latent wire: the caller (ring_attention, allgather) up-projected the one block (mla_expand).
+    // MLA's latent wire: single_block_attention up-projected the one block (mla_expand).
     if (st.shape.latent) pairs.up_projected_blocks = 1;
     BlockOutput r = routed_forward(qc, kc, vc, plan, st.scale, route, st.numerics(q.scalar_type(), true));
     if (sinks.defined()) {  // the whole merge is this one block: the sink follows it (sink.hpp)
@@ -83,8 +84,11 @@ class SingleBlockAttention : public torch::autograd::Function<SingleBlockAttenti
 }  // namespace
 
 at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& sinks, const TransportState& st, const std::string& transport) {
-  return SingleBlockAttention::apply(q, k, v, optional_sinks(sinks), st, transport);
+                                  const at::Tensor& sinks, const TransportState& st, const std::string& transport,
+                                  const at::Tensor& kv_up) {
+  if (!st.shape.latent) return SingleBlockAttention::apply(q, k, v, optional_sinks(sinks), st, transport);
+  const auto [ke, ve] = mla_expand(k.select(1, 0), kv_up, st.shape.q_heads, st.shape.qk_nope_head_dim);
+  return SingleBlockAttention::apply(q, ke, ve, optional_sinks(sinks), st, transport);
 }
 
 }  // namespace cpbench::kernels

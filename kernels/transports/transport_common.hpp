@@ -128,12 +128,14 @@ inline constexpr int kTagRingBackwardDKV = 0x52f2;
 void check_wire_bytes(const TransportState& st, int64_t bytes, bool forward, const std::string& transport,
                       int64_t element_size);
 
-// Attention of a rank that holds a single key block (W = 1; single_block.cpp): st plans one block
-// (st.plan(0)); the result as the multi-block paths give it, from one kernel call without merge
-// buffers. `transport` names the steps ("allgather", "ring"). Differentiable in q, k, v.
+// Attention of a rank that holds a single key block (W = 1; single_block.cpp), for every transport: st
+// plans one block (st.plan(0)); the result as the multi-block paths give it, from one kernel call without
+// merge buffers. `transport` names the steps ("allgather", "ring"). `kv_up`: MLA's W_up under the latent
+// wire (k the latent, v undefined), which nothing carries here: the latent is up-projected first as the
+// layer would (mla.hpp mla_expand). Differentiable in q, k, v, sinks and kv_up.
 [[nodiscard]] at::Tensor single_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& sinks, const TransportState& st,
-                                                const std::string& transport);
+                                                const std::string& transport, const at::Tensor& kv_up = {});
 
 // A sink as an autograd Function's input: none when undefined (torch's Function takes an undefined
 // tensor only inside an optional).

@@ -23,16 +23,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
 #include <utility>
 
-#include "kernels/attention/sink.hpp"
 #include "kernels/comm/autograd.hpp"
-#include "kernels/transports/accumulator.hpp"
+#include "kernels/transports/attend_pass.hpp"
 #include "kernels/transports/kv_passing_costs.hpp"
 #include "kernels/transports/transfer_phases.hpp"
 #include "kernels/transports/transport_common.hpp"
@@ -150,19 +148,17 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& sinks_in, const TransportState& st, const HaloPlan& plan) {
-    const at::Tensor sinks = sinks_in.value_or(at::Tensor());
     const int W = st.comm.size(), r = st.comm.rank();
     const int64_t S = q.size(2);
-    const auto cd = compute_dtype(q.scalar_type());
-    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
     Saved saved{st, plan, {}, 0};
-    at::Tensor qc, kv_local;
+    ForwardPass f;
+    at::Tensor kv_local;
     std::vector<at::Tensor> recv(plan.steps.size());
     std::vector<comm::Communicator::Exchange> ex(plan.steps.size());
     {
       Phase p(st, Phase::Kind::compute, "ring_window_fwd:prologue");
-      qc = q.to(kd).contiguous();
+      f = ForwardPass(st, q, sinks_in, std::nullopt);
       kv_local = at::stack({k, v});  // [2, B, Hkv, S, D]
       for (size_t i = 0; i < plan.steps.size(); ++i) {
         const HaloStep& s = plan.steps[i];
@@ -175,21 +171,11 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       }
     }
     InFlight flight(st);
-    at::Tensor out, lse;
-    CallPairs pairs;
-    const auto attend_block = [&](int src, const at::Tensor& kv) {
-      const BlockPlan& bp = st.plan(src);
-      const KernelRoute route = st.route(src, qc);
-      st.count_block(bp, route, pairs);
-      if (route == KernelRoute::skipped) return;
-      const at::Tensor kvk = kv.to(kd);
-      merge_block(out, lse, routed_forward(qc, kvk[0], kvk[1], bp, st.scale, route, st.numerics(q.scalar_type())));
-      merge_sink(st, out, lse, sinks, /*after_block=*/true);
-    };
+    // Every block here is on the compute device already (attend's from_wire leaves it as it is).
     {
       const StepRange step(st, step_label("ring_window", false, 0));
       Phase p(st, Phase::Kind::compute, step_label("ring_window", false, 0));
-      attend_block(r, kv_local);
+      f.attend(r, wire, kv_local);
     }
     std::vector<bool> received(static_cast<size_t>(W), false);
     received[static_cast<size_t>(r)] = true;
@@ -205,28 +191,19 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       Phase p(st, Phase::Kind::compute, label);
       saved.halos.push_back(wire.from_wire(recv[i]));
       received[static_cast<size_t>(s.from)] = true;
-      attend_block(s.from, scatter_rows(saved.halos.back(), s.recv, S));
+      f.attend(s.from, wire, scatter_rows(saved.halos.back(), s.recv, S));
     }
     // A block the window reaches but no step brought would be attended as if it had no keys.
     for (int src = 0; src < W; ++src) {
       if (received[static_cast<size_t>(src)]) continue;
-      CP_CHECK(st.route(src, qc) == KernelRoute::skipped, "ring_window: rank ", r, "'s queries see keys of rank ", src,
-               " under ", st.mask.to_string(), ", but no ring step brings its halo");
-      st.count_block(st.plan(src), KernelRoute::skipped, pairs);
+      CP_CHECK(st.route(src, f.qc) == KernelRoute::skipped, "ring_window: rank ", r, "'s queries see keys of rank ",
+               src, " under ", st.mask.to_string(), ", but no ring step brings its halo");
+      st.count_block(st.plan(src), KernelRoute::skipped, f.pairs);
     }
-    if (!out.defined()) {  // no visible key for any query of this rank
-      out = at::zeros(qc.sizes(), qc.options().dtype(cd));
-      lse = at::full({qc.size(0), qc.size(1), qc.size(2)}, -std::numeric_limits<double>::infinity(),
-                     qc.options().dtype(cd));
-    }
-    merge_sink(st, out, lse, sinks, /*after_block=*/false);
-    check_accumulator(out, q.scalar_type(), "ring_window forward: the merged output", st);
-    check_accumulator(lse, q.scalar_type(), "ring_window forward: the merged log-sum-exp", st);
-    tap_forward_lse(lse);
-    st.count_call(saved.forward_bytes, pairs);
-    ctx->save_for_backward({q, k, v, out, lse, sinks});
+    f.finish("ring_window", saved.forward_bytes, ByteFormula::own);
+    ctx->save_for_backward({q, k, v, f.out, f.lse, f.sinks});
     ctx->saved_data["state"] = comm::make_saved_object(std::move(saved));
-    return out.to(q.scalar_type());
+    return f.out.to(q.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -238,27 +215,14 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
     const int r = st.comm.rank();
     const int64_t S = q.size(2);
     const auto cd = compute_dtype(q.scalar_type());
-    const auto kd = st.kernel_dtype(q);
     const Wire wire(st.comm, q.device());
-    at::Tensor qc, dout, dsum, dq, dkv;
+    BackwardPass b;
+    at::Tensor dkv;
     {
       Phase p(st, Phase::Kind::compute, "ring_window_bwd:prologue");
-      qc = q.to(kd).contiguous();
-      dout = grads[0].to(kd).contiguous();
-      dsum = (dout.to(cd) * out).sum(-1);
-      dq = at::zeros(qc.sizes(), qc.options().dtype(cd));
-      dkv = at::zeros({2, k.size(0), k.size(1), S, k.size(3)}, qc.options().dtype(cd));
+      b = BackwardPass(st, "ring_window", q, grads[0], out, lse, sinks, at::Tensor());
+      dkv = at::zeros({2, k.size(0), k.size(1), S, k.size(3)}, b.dq.options());
     }
-    // This block's gradient contribution for keys `kv` of rank src ([2, B, Hkv, S, D] in cd), or undefined.
-    const auto block_grads = [&](int src, const at::Tensor& kv) {
-      const KernelRoute route = st.route(src, qc);
-      if (route == KernelRoute::skipped) return at::Tensor();
-      const at::Tensor kvk = kv.to(kd);
-      BlockGrads g = routed_backward(dout, qc, kvk[0], kvk[1], out, lse, dsum, st.plan(src), st.scale, route,
-                                     st.numerics(q.scalar_type()));
-      dq.add_(g.dq);
-      return at::stack({g.dk, g.dv}).to(cd);
-    };
     int64_t bytes = 0;
     std::vector<at::Tensor> home(plan.steps.size());
     std::vector<comm::Communicator::Exchange> ex(plan.steps.size());
@@ -268,11 +232,11 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       const std::string label = step_label("ring_window", true, s.d);
       const StepRange step(st, label);
       Phase p(st, Phase::Kind::compute, label);
-      at::Tensor contrib = block_grads(s.from, scatter_rows(sv.halos[i], s.recv, S));
+      at::Tensor contrib = b.block(s.from, wire, scatter_rows(sv.halos[i], s.recv, S));
       // The halo's rows go home to their owner (zeros when no query here saw them: the owner expects them).
       at::Tensor rows = contrib.defined()
                             ? contrib.index_select(3, s.recv)
-                            : at::zeros({2, k.size(0), k.size(1), s.recv.size(0), k.size(3)}, qc.options().dtype(cd));
+                            : at::zeros({2, k.size(0), k.size(1), s.recv.size(0), k.size(3)}, b.dq.options());
       const at::Tensor send = wire.to_wire(rows);
       auto shape = send.sizes().vec();
       shape[3] = s.send.size(0);
@@ -284,7 +248,7 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       const std::string label = step_label("ring_window", true, 0);
       const StepRange step(st, label);
       Phase p(st, Phase::Kind::compute, label);
-      const at::Tensor own = block_grads(r, at::stack({k, v}));
+      const at::Tensor own = b.block(r, wire, at::stack({k, v}));
       if (own.defined()) dkv.add_(own);
     }
     for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -297,21 +261,13 @@ class WindowedRing : public torch::autograd::Function<WindowedRing> {
       Phase p(st, Phase::Kind::compute, label);
       dkv.index_add_(3, plan.steps[i].send, wire.from_wire(home[i]));
     }
-    check_accumulator(dq, q.scalar_type(), "ring_window backward: dQ", st);
-    check_accumulator(dkv, q.scalar_type(), "ring_window backward: dK/dV", st);
     // What travelled is what the halo formula says (window_halo.hpp, kv_passing_costs.hpp), every call.
     const int64_t want = windowed_ring_bytes(plan.shape);
     CP_CHECK(sv.forward_bytes + bytes == want, "ring_window: rank ", r, " sent ", sv.forward_bytes, " + ", bytes,
              " bytes (forward + backward), the halo formula says ", want, " (", plan.shape.halo_sent, " tokens sent, ",
              plan.shape.halo_received, " received, window ", st.mask.window, ")");
-    if (st.stats) st.stats->bytes_sent += bytes;
-    const at::Tensor dsinks = sinks.defined() ? sink_grad(lse, dsum, sinks) : at::Tensor();
-    return {dq.to(q.scalar_type()),
-            dkv[0].to(k.scalar_type()),
-            dkv[1].to(v.scalar_type()),
-            dsinks,
-            at::Tensor(),
-            at::Tensor()};
+    const BackwardResult g = b.finish(dkv, bytes, ByteFormula::own);
+    return {g.dq, dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), g.dsinks, at::Tensor(), at::Tensor()};
   }
 };
 
