@@ -133,6 +133,9 @@ struct ModelOverrides {
 //                           attention layers, so both kinds keep their share; UsageError naming
 //                           <key>layers (or <key>mixers) and both counts when too few attention layers
 //                           are left to keep both
+//                           DSA's full / shared indexer layers (attention.dsa.indexer_kinds) the
+//                           same way, then the first full layer moved to the front if a shared one
+//                           would open the model (it needs a full layer before it)
 //   heads without kv_heads  kv_heads = max(1, heads / (m.heads / m.kv_heads)): query heads per kv head kept
 //   hidden or heads         head_dim = hidden / heads unless head_dim is given
 //   ssm_heads w/o groups    groups = max(1, ssm_heads / (m.ssm.heads / m.ssm.groups))
