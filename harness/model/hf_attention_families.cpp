@@ -1,5 +1,6 @@
 #include "harness/model/hf_attention_families.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cpbench::hf {
@@ -171,11 +172,48 @@ void read_dsa(const Fields& f, HfModel& m) {
   if (d.index_head_dim <= m.attention.mla.qk_rope_head_dim)
     f.fail("index_head_dim", "must exceed qk_rope_head_dim " + std::to_string(m.attention.mla.qk_rope_head_dim) +
                                  " (the indexer's RoPE covers its first qk_rope_head_dim dims)");
-  // GLM-5's shared layers reuse the previous full layer's picks; cpbench runs every layer's own indexer.
-  for (const char* field : {"indexer_types", "index_topk_pattern"})
-    if (f.has(field)) f.fail(field, "shared indexer layers are not supported yet (every DSA layer runs its own indexer)");
-  if (f.integer_or("index_topk_freq", 1) > 1)
-    f.fail("index_topk_freq", "shared indexer layers are not supported yet (every DSA layer runs its own indexer)");
+  // GLM-5's indexer_types (GlmMoeDsaConfig.__post_init__): the list itself, else index_topk_pattern (a
+  // string of F / S, or a list), else index_topk_freq (default 1) with index_skip_topk_offset (default 2):
+  // layer i full iff max(i - offset + 1, 0) % freq == 0. deepseek_v32: every layer full.
+  if (!glm) return;
+  const auto L = static_cast<size_t>(m.blocks);
+  std::vector<DsaIndexerKind> kinds;
+  std::string field;
+  const auto kind_of = [&](const std::string& where, const std::string& v) {
+    if (v == "full" || v == "F") return DsaIndexerKind::full;
+    if (v == "shared" || v == "S") return DsaIndexerKind::shared;
+    f.fail(where, "unknown indexer type \"" + v + "\"; known: full, shared (F, S in index_topk_pattern)");
+  };
+  for (const char* key : {"indexer_types", "index_topk_pattern"}) {
+    if (!f.has(key) || f.j[key].is_null()) continue;
+    field = key;
+    const auto& v = f.j[key];
+    if (v.is_string() && field == "index_topk_pattern") {
+      const auto p = v.get<std::string>();
+      for (size_t i = 0; i < p.size(); ++i) kinds.push_back(kind_of(field + "[" + std::to_string(i) + "]", p.substr(i, 1)));
+    } else if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string()) f.fail(field + "[" + std::to_string(i) + "]", "expected \"full\" or \"shared\"");
+        kinds.push_back(kind_of(field + "[" + std::to_string(i) + "]", v[i].get<std::string>()));
+      }
+    } else {
+      f.fail(field, "expected a list of \"full\" / \"shared\", got " + f.shown(key));
+    }
+    if (kinds.size() != L)
+      f.fail(field, std::to_string(kinds.size()) + " entries for num_hidden_layers " + std::to_string(L));
+    break;
+  }
+  if (field.empty()) {
+    field = "index_topk_freq";
+    const int64_t freq = std::max<int64_t>(f.integer_or("index_topk_freq", 1), 1);
+    const int64_t offset = f.integer_or("index_skip_topk_offset", 2, 0);
+    for (size_t i = 0; i < L; ++i)
+      kinds.push_back(std::max<int64_t>(static_cast<int64_t>(i) - offset + 1, 0) % freq == 0 ? DsaIndexerKind::full
+                                                                                              : DsaIndexerKind::shared);
+  }
+  if (!kinds.empty() && kinds.front() == DsaIndexerKind::shared)
+    f.fail(field, "the first layer is shared (a shared indexer layer reuses the previous full layer's picks)");
+  if (std::count(kinds.begin(), kinds.end(), DsaIndexerKind::shared) > 0) d.indexer_kinds = kinds;
 }
 
 }  // namespace cpbench::hf

@@ -30,8 +30,10 @@
 //   read_dsa         deepseek_v32 and glm_moe_dsa: read_mla_moe, then DeepSeek Sparse Attention on every
 //                    layer (attention.dsa): index_n_heads (default 64 / GLM-5 32), index_head_dim (128),
 //                    index_topk (2048), the indexer's ReLU (both apply it); GLM-5's shared indexer layers
-//                    (indexer_types, index_topk_pattern, index_topk_freq > 1) are refused, naming the field
-//                    (cpbench's DSA layers all run their own indexer so far)
+//                    (attention.dsa.indexer_kinds, as GlmMoeDsaConfig: indexer_types, else
+//                    index_topk_pattern "FSS..." or a list, else layer i full iff max(i - index_skip_topk_offset
+//                    (2) + 1, 0) % index_topk_freq (1) == 0; a first layer shared is refused, naming the field;
+//                    kept only when some layer is shared)
 #include "harness/model/hf_config.hpp"
 #include "harness/model/hf_fields.hpp"
 

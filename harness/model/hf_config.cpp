@@ -341,6 +341,20 @@ HfModel with_overrides(const HfModel& m, const ModelOverrides& o) {
     for (int64_t i = 0, k = 0; i < n; ++i)
       if (r.mixers[static_cast<size_t>(i)] == kDefaultMixer) r.sliding[static_cast<size_t>(i)] = flags[static_cast<size_t>(k++)] == 'S';
     if (r.sliding_layers() == 0) r.sliding_window = 0;
+    // DSA's full / shared indexer layers (GLM-5's indexer_types) resampled by the same rule; a pattern that
+    // would open with a shared layer gets its first full layer moved to the front (a shared layer needs one).
+    if (const auto& ik = m.attention.dsa.indexer_kinds; !ik.empty()) {
+      CP_CHECK(static_cast<int64_t>(ik.size()) == static_cast<int64_t>(kinds.size()), m.name, ": ", ik.size(),
+               " DSA indexer types for ", kinds.size(), " attention layers");
+      std::string p;
+      for (const DsaIndexerKind k : ik) p += k == DsaIndexerKind::full ? 'F' : 'S';
+      p = resample_layer_pattern(p, a, key, m.name + "'s DSA indexer layers",
+                                 [](char k) { return std::string(k == 'S' ? "shared" : "full"); });
+      if (const auto f = p.find('F'); f != 0 && f != std::string::npos)
+        std::rotate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(f), p.begin() + static_cast<std::ptrdiff_t>(f) + 1);
+      r.attention.dsa.indexer_kinds.clear();
+      for (const char c : p) r.attention.dsa.indexer_kinds.push_back(c == 'F' ? DsaIndexerKind::full : DsaIndexerKind::shared);
+    }
     const auto scale = [&](int64_t k) {
       return L > 0 ? static_cast<int64_t>(std::llround(static_cast<double>(k) * static_cast<double>(n) / static_cast<double>(L)))
                    : k;

@@ -47,7 +47,9 @@
 //   every family                   tie_word_embeddings (default false); the dense MLP layers' width
 //                                  (intermediate_size) in dense_ffn when some MLP layers are not MoE
 //   deepseek_v32, glm_moe_dsa      as deepseek_v3, plus DeepSeek Sparse Attention on every layer
-//                                  (attention.dsa: index_n_heads, index_head_dim, index_topk)
+//                                  (attention.dsa: index_n_heads, index_head_dim, index_topk);
+//                                  glm_moe_dsa's shared indexer layers: indexer_types,
+//                                  index_topk_pattern, index_topk_freq / index_skip_topk_offset
 //
 // Errors are UsageError, one line naming the file and the field: a missing or mistyped field, an
 // unknown model_type (listing the known ones), a pattern whose length is not num_hidden_layers.
@@ -133,6 +135,9 @@ struct ModelOverrides {
 //                           attention layers, so both kinds keep their share; UsageError naming
 //                           <key>layers (or <key>mixers) and both counts when too few attention layers
 //                           are left to keep both
+//                           DSA's full / shared indexer layers (attention.dsa.indexer_kinds) the
+//                           same way, then the first full layer moved to the front if a shared one
+//                           would open the model (it needs a full layer before it)
 //   heads without kv_heads  kv_heads = max(1, heads / (m.heads / m.kv_heads)): query heads per kv head kept
 //   hidden or heads         head_dim = hidden / heads unless head_dim is given
 //   ssm_heads w/o groups    groups = max(1, ssm_heads / (m.ssm.heads / m.ssm.groups))

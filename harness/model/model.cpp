@@ -29,6 +29,12 @@ void ModelConfig::validate() const {
     CP_CHECK_USAGE(static_cast<int64_t>(attention.layer_kinds.size()) == attention_layers,
                    "model.attention.layer_types: ", attention.layer_kinds.size(), " kinds for ", attention_layers,
                    " attention layers (one per attention layer, in layer order)");
+  if (const auto& kinds = attention.dsa.indexer_kinds; !kinds.empty()) {
+    CP_CHECK_USAGE(static_cast<int64_t>(kinds.size()) == attention_layers, "model.attention.dsa.indexer_types: ",
+                   kinds.size(), " types for ", attention_layers, " attention layers (one per attention layer)");
+    CP_CHECK_USAGE(kinds.front() == DsaIndexerKind::full, "model.attention.dsa.indexer_types: the first attention "
+                   "layer is shared (a shared layer reuses the previous full layer's picks)");
+  }
   CP_CHECK_USAGE(!attention.has_sliding() || attention.window >= 1,
                  "model.attention.window: the sliding_attention layers need a window >= 1, got ", attention.window);
   if (attention.is_mla() || attention.mla != MlaDims{}) {

@@ -132,13 +132,14 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
     model.attention.mla_wire = parse_mla_wire(w, "model.attention.mla_wire");
     if (!model.attention.is_mla()) c.fail("model.attention.mla_wire", "needs model.attention.mla");
   }
-  // model.attention.dsa: {index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff}
+  // model.attention.dsa: {index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff, indexer_types}
   // (kernels/mixers/attention/dsa/dsa_config.hpp); given keys replace a model.config's own.
   if (a["dsa"]) {
     const YAML::Node n = a["dsa"];
     const std::string key = "model.attention.dsa";
-    if (!n.IsMap()) c.fail(key, "expected a mapping of index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff");
-    check_keys(c, n, key, {"index_heads", "index_head_dim", "topk", "scoring_relu", "loss", "loss_coeff"});
+    if (!n.IsMap())
+      c.fail(key, "expected a mapping of index_heads, index_head_dim, topk, scoring_relu, loss, loss_coeff, indexer_types");
+    check_keys(c, n, key, {"index_heads", "index_head_dim", "topk", "scoring_relu", "loss", "loss_coeff", "indexer_types"});
     DsaConfig& d = model.attention.dsa;
     if (n["index_heads"]) d.index_heads = read_int(c, n["index_heads"], key + ".index_heads", 1);
     if (n["index_head_dim"]) d.index_head_dim = read_int(c, n["index_head_dim"], key + ".index_head_dim", 1);
@@ -149,6 +150,19 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
       const std::string l = read_str(c, n["loss"], key + ".loss");
       if (l != "dense" && l != "sparse") c.fail(key + ".loss", "unknown loss \"" + l + "\"; known: dense, sparse");
       d.loss = l == "dense" ? DsaLoss::dense : DsaLoss::sparse;
+    }
+    // indexer_types: [full | shared, ...], one per attention layer (GLM-5's; dsa_config.hpp).
+    if (n["indexer_types"]) {
+      const std::string path = key + ".indexer_types";
+      const auto names = read_str_list(c, n["indexer_types"], path, [&](const std::string& at, const std::string& v) {
+        if (v != "full" && v != "shared") c.fail(at, "unknown indexer type \"" + v + "\"; known: full, shared");
+      });
+      d.indexer_kinds.clear();
+      for (const auto& t : names) d.indexer_kinds.push_back(t == "full" ? DsaIndexerKind::full : DsaIndexerKind::shared);
+      const int64_t attention_layers = count_layers(model.mixers, model.layers, kDefaultMixer);
+      if (static_cast<int64_t>(names.size()) != attention_layers)
+        c.fail(path, std::to_string(names.size()) + " types for the model's " + std::to_string(attention_layers) +
+                         " attention layers (one per attention layer, in layer order)");
     }
     for (const auto& [k, v] : {std::pair<const char*, int64_t>{"index_heads", d.index_heads},
                                {"index_head_dim", d.index_head_dim}, {"topk", d.topk}})
@@ -162,6 +176,10 @@ void read_attention_kinds(const yaml_read::Ctx& c, const YAML::Node& a, ModelCon
                                           std::to_string(model.attention.mla.qk_rope_head_dim) +
                                           " (RoPE on the indexer's first qk_rope_head_dim dims)");
     if (model.attention.has_sliding()) c.fail(key, "does not take sliding_attention layers (model.attention.layer_types)");
+    const auto& kinds = model.attention.dsa.indexer_kinds;
+    if (!kinds.empty() && kinds.front() == DsaIndexerKind::shared)
+      c.fail(key + ".indexer_types", "the first attention layer is shared: a shared layer reuses the picks of the "
+                                     "previous full layer, so the first must be full");
   }
   if (model.attention.has_sliding() && model.attention.window < 1)
     c.fail("model.attention.window", "missing: model.attention.layer_types has sliding_attention layers");

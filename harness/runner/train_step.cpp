@@ -203,7 +203,7 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
   for (const auto& [letter, ctx] : contexts) {
     // What a mixer's layers sent is what its formula says one layer sends, times its layers.
     const int64_t layers = count_layers(x.s.model.mixers, x.s.model.layers, letter);
-    const int64_t expected = layers * ctx->bytes_per_layer();
+    const int64_t expected = ctx->bytes_of_layers(layers);
     const Mixer& m = mixer_for(letter);
     CP_CHECK(t.mixer_bytes[letter] == expected, m.name(), " ", ctx->strategy_name(), ": the ", layers, " ", m.label(),
              " layers sent ", t.mixer_bytes[letter], " bytes from rank ", x.cp_rank, ", the ", m.name(),

@@ -27,6 +27,9 @@ struct MixerStepContext {
   // What one layer sends under the step's strategy, by the mixer's own formula; the runner checks every
   // step that the layers' count equals it times the layers.
   [[nodiscard]] virtual int64_t bytes_per_layer() const { return 0; }
+  // What the mixer's `layers` layers send together (a mixer whose layers differ overrides it: DSA's
+  // shared indexer layers).
+  [[nodiscard]] virtual int64_t bytes_of_layers(int64_t layers) const { return layers * bytes_per_layer(); }
   // The strategy's name as the scenario axis spells it ("" for a mixer without one).
   [[nodiscard]] virtual std::string strategy_name() const { return ""; }
   // What the mixer's layers added to this rank's loss in the step's forward (DSA's indexer loss), in the

@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "harness/model/hf_config.hpp"
+#include "harness/model/model.hpp"
 #include "harness/runner/scenario.hpp"
 #include "kernels/attention/mla.hpp"
 #include "kernels/attention/reference.hpp"
 #include "kernels/mixers/attention/dsa/dsa.hpp"
 #include "kernels/mixers/attention/dsa/dsa_context.hpp"
 #include "kernels/mixers/attention/dsa/dsa_costs.hpp"
+#include "sharders/mask.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -270,8 +272,8 @@ TEST(DsaModels, DeepSeekV32AndGlm5ConfigsAreReadWithTheirIndexers) {
     }
     return std::string();
   };
-  j["index_topk_pattern"] = "FSSF";
-  EXPECT_NE(error_of(j).find("index_topk_pattern: shared indexer layers"), std::string::npos) << error_of(j);
+  j["index_topk_pattern"] = "FSSF";  // GLM-5's shared layers: a pattern per layer (DsaShared below)
+  EXPECT_NE(error_of(j).find("index_topk_pattern: 4 entries for num_hidden_layers 78"), std::string::npos) << error_of(j);
   j.erase("index_topk_pattern");
   j["index_head_dim"] = 64;
   EXPECT_NE(error_of(j).find("index_head_dim: must exceed qk_rope_head_dim 64"), std::string::npos) << error_of(j);
@@ -296,6 +298,159 @@ sweep: {sharder: load_balanced, transport: allgather, cp: 2}
   EXPECT_EQ(s.model.attention.dsa.index_heads, 2);
   EXPECT_EQ(s.model.attention.dsa.topk, 16);
   EXPECT_EQ(s.model.attention.dsa.loss, DsaLoss::dense);
+}
+
+
+// One rank, the whole model: scenarios/dsa.yaml's MLA model with `layers` layers and the dsa keys given,
+// run forward on random embeddings; the DSA step context it ran with (its picks, its indexer loss).
+struct OneRankRun {
+  TinyTransformer model{nullptr};
+  std::shared_ptr<DsaStepContext> ctx;
+  at::Tensor x;  // the embeddings (requires grad)
+  ModelOutput out;
+};
+OneRankRun run_one_rank(int64_t layers, const std::string& dsa_keys, int64_t S = 48) {
+  const std::string yaml = "model: {preset: tiny, layers: " + std::to_string(layers) +
+                           ", heads: 4, hidden: 64, attention: {mla: {kv_lora_rank: 16, qk_rope_head_dim: 8, "
+                           "qk_nope_head_dim: 12, v_head_dim: 10}, dsa: {index_heads: 2, index_head_dim: 16, topk: 8" +
+                           dsa_keys + "}}}\nbatch: {batch_size: 1, seq_len: " + std::to_string(S) +
+                           "}\nsweep: {sharder: load_balanced, transport: allgather, cp: 2}\n";
+  const ModelConfig config = parse_scenario(yaml, "x.yaml").model;
+  OneRankRun r;
+  r.model = TinyTransformer(config, at::kDouble, at::kCPU);
+  TokenMeta meta;
+  meta.pos = at::arange(S, at::kLong).view({1, S});
+  meta.segment = at::zeros({1, S}, at::kLong);
+  meta.doc = at::zeros({1, S}, at::kLong);
+  meta.valid = at::ones({1, S}, at::kBool);
+  r.ctx = make_dsa_single_rank_context(config.attention, meta, MaskSpec::parse("causal"), at::kDouble);
+  const MixerContexts contexts{{kDefaultMixer, r.ctx}};
+  at::manual_seed(11);
+  r.x = at::randn({1, S, config.hidden}, at::kDouble).requires_grad_(true);
+  const AttentionFn none;  // DSA layers attend through their indexer, not the hook
+  r.out = r.model->forward(std::nullopt, r.x, meta.pos, none, contexts);
+  return r;
+}
+
+// The sparse stage detaches the indexer's inputs: its KL trains the indexer only. d L_I / d x (the
+// embeddings) and d L_I / d every non-indexer parameter are exactly 0, while the indexer's weights get a
+// gradient; the dense (warm-up) stage's KL does reach x (so the test can tell the two apart).
+TEST(DsaIndexerLoss, SparseStageKlTrainsTheIndexerOnlyDenseStageReachesTheModel) {
+  for (const char* stage : {"sparse", "dense"}) {
+    OneRankRun r = run_one_rank(2, std::string(", loss: ") + stage);
+    const at::Tensor aux = r.ctx->aux_loss();
+    ASSERT_TRUE(aux.defined());
+    std::vector<at::Tensor> inputs{r.x};
+    std::vector<std::string> names{"x"};
+    for (const auto& p : r.model->named_parameters()) inputs.push_back(p.value()), names.push_back(p.key());
+    const auto grads = torch::autograd::grad({aux}, inputs, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                             /*allow_unused=*/true);
+    double indexer = 0, model = 0;
+    std::string model_names;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const double g = grads[i].defined() ? grads[i].abs().max().item<double>() : 0.0;
+      if (names[i].find("idx_") != std::string::npos) {
+        indexer = std::max(indexer, g);
+      } else {
+        model = std::max(model, g);
+        if (g > 0) model_names += " " + names[i];
+      }
+    }
+    EXPECT_GT(indexer, 0) << stage << ": the indexer's KL gives its own weights no gradient";
+    if (std::string(stage) == "sparse")
+      EXPECT_EQ(model, 0) << "sparse stage: the indexer's KL reaches the model (inputs not detached):" << model_names;
+    else
+      EXPECT_GT(model, 0) << "dense stage: the indexer's KL should reach the layer input";
+  }
+}
+
+// GLM-5's shared layers: full, shared, shared, full, shared. A shared layer draws no indexer weights and
+// attends the picks of the LAST full layer before it, recorded for the picks check like a full layer's.
+TEST(DsaShared, ASharedLayerAttendsTheLastFullLayersPicksAndHasNoIndexer) {
+  OneRankRun r = run_one_rank(5, ", indexer_types: [full, shared, shared, full, shared]");
+  ASSERT_EQ(r.ctx->picks.size(), 5U) << "every layer's picks, the shared layers' included";
+  const auto& p = r.ctx->picks;
+  EXPECT_TRUE(p[1].equal(p[0])) << "layer 1 (shared) must reuse layer 0's picks";
+  EXPECT_TRUE(p[2].equal(p[0])) << "layer 2 (shared) must reuse layer 0's picks";
+  EXPECT_TRUE(p[4].equal(p[3])) << "layer 4 (shared) must reuse layer 3's picks, not layer 0's";
+  EXPECT_FALSE(p[3].equal(p[0])) << "the two full layers pick differently here (else the test shows nothing)";
+  for (const auto& q : r.model->named_parameters()) {
+    const bool shared = q.key().rfind("layer1_", 0) == 0 || q.key().rfind("layer2_", 0) == 0 || q.key().rfind("layer4_", 0) == 0;
+    if (q.key().find("idx_") != std::string::npos) EXPECT_FALSE(shared) << q.key() << ": a shared layer has no indexer";
+  }
+  // The shared layers' wire: the latent only (GLM-5's dims: 576 of a full layer's 704 values per token).
+  dsa_costs::DsaDims d;
+  d.mla = MlaDims{512, 64, 192, 256};
+  d.index_head_dim = 128;
+  EXPECT_EQ(dsa_costs::wire_elements_per_token(d, true), 576);
+  EXPECT_EQ(dsa_costs::forward_bytes(d, 4, 1, 10, 2, true), 3 * 10 * 576 * 2);
+}
+
+TEST(DsaShared, TheScenarioKeyAndTheGlm5ReaderAndTheirRefusals) {
+  const auto yaml = [](const std::string& types, int64_t layers = 3) {
+    return "model: {preset: tiny, layers: " + std::to_string(layers) +
+           ", heads: 4, hidden: 32, attention: {mla: {kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 12, "
+           "v_head_dim: 10}, dsa: {index_heads: 2, index_head_dim: 16, topk: 8, indexer_types: " + types +
+           "}}}\nbatch: {batch_size: 1, seq_len: 64}\nsweep: {sharder: load_balanced, transport: allgather, cp: 2}\n";
+  };
+  const ScenarioSpec s = parse_scenario(yaml("[full, shared, full]"), "x.yaml");
+  EXPECT_EQ(s.model.attention.dsa.indexer_kinds,
+            (std::vector<DsaIndexerKind>{DsaIndexerKind::full, DsaIndexerKind::shared, DsaIndexerKind::full}));
+  EXPECT_EQ(s.model.attention.dsa.shared_layers(), 1);
+  std::string why = refusal(yaml("[shared, full, full]"));
+  EXPECT_NE(why.find("model.attention.dsa.indexer_types: the first attention layer is shared"), std::string::npos) << why;
+  why = refusal(yaml("[full, shared]"));
+  EXPECT_NE(why.find("model.attention.dsa.indexer_types: 2 types for the model's 3 attention layers"), std::string::npos)
+      << why;
+  why = refusal(yaml("[full, sparse, full]"));
+  EXPECT_NE(why.find("unknown indexer type \"sparse\""), std::string::npos) << why;
+
+  // GLM-5's file: every layer full (neither indexer_types nor index_topk_pattern nor index_topk_freq in it).
+  EXPECT_TRUE(shipped_model("glm-5").attention.dsa.indexer_kinds.empty());
+  nlohmann::json j = nlohmann::json::parse(find_shipped_model("glm-5")->text);
+  j["num_hidden_layers"] = 8;
+  const auto kinds = [](const nlohmann::json& c) {
+    std::string out;
+    for (const DsaIndexerKind k : parse_hf_config(c.dump(), "x.json", "x").attention.dsa.indexer_kinds)
+      out += k == DsaIndexerKind::full ? 'F' : 'S';
+    return out;
+  };
+  // transformers' schedule: layer i full iff max(i - offset + 1, 0) % freq == 0 (offset 2 by default).
+  j["index_topk_freq"] = 3;
+  EXPECT_EQ(kinds(j), "FFSSFSSF");
+  j["index_skip_topk_offset"] = 1;
+  EXPECT_EQ(kinds(j), "FSSFSSFS");
+  j["index_topk_pattern"] = "FSFSSFFS";  // the pattern wins over the schedule
+  EXPECT_EQ(kinds(j), "FSFSSFFS");
+  j["indexer_types"] = {"full", "full", "shared", "full", "full", "full", "full", "shared"};  // the list wins
+  EXPECT_EQ(kinds(j), "FFSFFFFS");
+  const auto error_of = [](const nlohmann::json& c) {
+    try {
+      (void)parse_hf_config(c.dump(), "models/x.json", "x");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  j["indexer_types"][0] = "shared";
+  EXPECT_NE(error_of(j).find("indexer_types: the first layer is shared"), std::string::npos) << error_of(j);
+  j.erase("indexer_types");
+  j["index_topk_pattern"] = "FSF";
+  EXPECT_NE(error_of(j).find("index_topk_pattern: 3 entries for num_hidden_layers 8"), std::string::npos) << error_of(j);
+
+  // Shrunk by a scenario: both kinds kept in their share, the first layer full.
+  j.erase("index_topk_pattern");
+  j["num_hidden_layers"] = 78;
+  j["index_topk_freq"] = 3;
+  j.erase("index_skip_topk_offset");
+  ModelOverrides o;
+  o.layers = 4;
+  std::string shrunk;
+  for (const DsaIndexerKind k : with_overrides(parse_hf_config(j.dump(), "x.json", "x"), o).attention.dsa.indexer_kinds)
+    shrunk += k == DsaIndexerKind::full ? 'F' : 'S';
+  EXPECT_EQ(shrunk.size(), 4U);
+  EXPECT_EQ(shrunk.front(), 'F') << shrunk;
+  EXPECT_NE(shrunk.find('S'), std::string::npos) << shrunk;
 }
 
 }  // namespace

@@ -199,8 +199,8 @@ TEST(CommBench, BusFactorsAreNcclTestsAndCallsAreGrouped) {
 TEST(Controls, RegisteredByNameAndDecorateOnlyTheRankTheyBreak) {
   EXPECT_EQ(known_controls(), (std::vector<std::string>{"local_only", "perturbed", "grad_dropped", "sink_per_step",
                                                         "sink_grad_unreduced", "dsa_buffer_order", "dsa_kl_per_rank",
-                                                        "dsa_no_detach", "ssm_rank_order", "ssm_state_dropped",
-                                                        "gdn_state_dropped", "kda_state_dropped"}));
+                                                        "dsa_no_detach", "dsa_shared_recompute", "ssm_rank_order",
+                                                        "ssm_state_dropped", "gdn_state_dropped", "kda_state_dropped"}));
   EXPECT_EQ(find_control("load_balanced"), nullptr);
   const Control* p = find_control("perturbed");
   ASSERT_NE(p, nullptr);

@@ -18,9 +18,13 @@ namespace cpbench {
 enum class DsaLoss { dense, sparse };
 [[nodiscard]] const char* to_string(DsaLoss loss);
 
-// GLM-5's indexer_types: a full layer runs its indexer; a shared layer reuses the picks of the previous
-// full layer (and has no indexer weights, no indexer loss).
+// GLM-5's indexer_types (transformers' GlmMoeDsaConfig / GlmMoeDsaAttention): a full layer runs its
+// indexer; a shared layer has none (no indexer weights, no indexer loss) and attends the picks of the
+// previous full layer (the last full layer before it: a run of shared layers all reuse one full layer's
+// picks). The first DSA layer must be full (transformers raises at the forward; cpbench refuses the
+// config, naming the key). Under CP a shared layer gathers only its latent (r + dr values per token).
 enum class DsaIndexerKind { full, shared };
+[[nodiscard]] const char* to_string(DsaIndexerKind kind);  // "full", "shared" (the names indexer_types uses)
 
 struct DsaConfig {
   int64_t index_heads = 0;     // H_I (index_n_heads); 0: no DSA
@@ -34,6 +38,11 @@ struct DsaConfig {
   [[nodiscard]] bool enabled() const { return index_heads > 0; }
   [[nodiscard]] DsaIndexerKind kind_of(int64_t attention_layer) const {
     return indexer_kinds.empty() ? DsaIndexerKind::full : indexer_kinds[static_cast<size_t>(attention_layer)];
+  }
+  [[nodiscard]] int64_t shared_layers() const {
+    int64_t n = 0;
+    for (const DsaIndexerKind k : indexer_kinds) n += k == DsaIndexerKind::shared ? 1 : 0;
+    return n;
   }
 };
 

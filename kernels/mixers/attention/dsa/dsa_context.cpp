@@ -8,6 +8,7 @@
 namespace cpbench {
 
 const char* to_string(DsaLoss loss) { return loss == DsaLoss::dense ? "dense" : "sparse"; }
+const char* to_string(DsaIndexerKind kind) { return kind == DsaIndexerKind::full ? "full" : "shared"; }
 
 namespace {
 
@@ -75,15 +76,15 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
   return ctx;
 }
 
-at::Tensor DsaStepContext::gather_keys(const at::Tensor& local) const {
+at::Tensor DsaStepContext::gather_keys(const at::Tensor& local, bool shared) const {
   CP_CHECK(local.dim() == 3 && local.size(0) == batch && local.size(1) == local_tokens, "model.attention.dsa: key side ",
            shape_str(local.sizes()), " must be [B, S, n] = [", batch, ", ", local_tokens, ", n] (rank ", rank, ")");
   if (world == 1) return local;
   const int64_t n = local.size(2);
-  CP_CHECK(n == dsa_costs::wire_elements_per_token(dims), "model.attention.dsa: ", n,
-           " key-side values per token, the formula says ", dsa_costs::wire_elements_per_token(dims));
-  const int64_t fwd = dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size);
-  const int64_t bwd = dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
+  CP_CHECK(n == dsa_costs::wire_elements_per_token(dims, shared), "model.attention.dsa: ", n, " key-side values per token",
+           shared ? " (a shared indexer layer)" : "", ", the formula says ", dsa_costs::wire_elements_per_token(dims, shared));
+  const int64_t fwd = dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size, shared);
+  const int64_t bwd = dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size, shared);
   // The all-gather reports its forward, then (in the backward) its reduce-scatter: each against its formula.
   auto calls = std::make_shared<int>(0);
   comm::AllToAllObserver observer{nvtx, {}};
@@ -123,6 +124,14 @@ at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor
 int64_t DsaStepContext::bytes_per_layer() const {
   return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
          dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
+}
+
+int64_t DsaStepContext::bytes_of_layers(int64_t layers) const {
+  // The dsa_shared_recompute control gathers a full layer's key side on its shared layers too.
+  const int64_t shared = fault == kDsaFaultSharedRecompute ? 0 : config.shared_layers();
+  return (layers - shared) * bytes_per_layer() +
+         shared * (dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size, true) +
+                   dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size, true));
 }
 
 DsaStepContext& dsa_context(const LayerStep& step) {

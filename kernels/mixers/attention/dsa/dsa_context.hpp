@@ -28,6 +28,10 @@ namespace cpbench {
 inline constexpr const char* kDsaFaultBufferOrder = "dsa_buffer_order";  // keys in rank order, unstable top-k
 inline constexpr const char* kDsaFaultKlPerRank = "dsa_kl_per_rank";     // KL / this rank's valid rows
 inline constexpr const char* kDsaFaultNoDetach = "dsa_no_detach";        // sparse stage: inputs not detached
+// A shared indexer layer recomputing its own picks (the previous full layer's indexer run on its input).
+inline constexpr const char* kDsaFaultSharedRecompute = "dsa_shared_recompute";
+
+class DsaIndexer;
 
 struct DsaStepContext final : MixerStepContext {
   DsaConfig config;
@@ -44,16 +48,23 @@ struct DsaStepContext final : MixerStepContext {
   double loss_rows = 1;   // what a layer's KL sum is divided by (the sequence's valid rows)
   at::Tensor aux;         // this rank's part of the step's indexer loss (sum over layers); undefined: none yet
   std::vector<at::Tensor> picks;  // per layer, [B, S, k]: its picks as rank-order columns (key_picks)
+  // The last full indexer layer's picks ([B, S, K], columns in the key order) and its indexer: what the
+  // shared layers after it attend (GLM-5's indexer_types; the indexer only for the dsa_shared_recompute
+  // control). Set by each full layer's forward.
+  at::Tensor shared_picks;
+  const DsaIndexer* last_indexer = nullptr;
 
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
-  // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes.
-  [[nodiscard]] at::Tensor gather_keys(const at::Tensor& local) const;
+  // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes (n: a full
+  // layer's latent and index key, a shared layer's latent only).
+  [[nodiscard]] at::Tensor gather_keys(const at::Tensor& local, bool shared = false) const;
   void add_loss(const at::Tensor& layer_loss);
   // Records a layer's picks [B, S, K] (columns in the layer's key order, -1 none) for key_picks.
   void add_picks(const at::Tensor& layer_picks);
   [[nodiscard]] at::Tensor aux_loss() const override { return aux; }
   [[nodiscard]] at::Tensor key_picks() const override;
-  [[nodiscard]] int64_t bytes_per_layer() const override;
+  [[nodiscard]] int64_t bytes_per_layer() const override;  // a full layer's
+  [[nodiscard]] int64_t bytes_of_layers(int64_t layers) const override;  // the shared layers send less
   [[nodiscard]] std::string strategy_name() const override { return "allgather (DSA)"; }
 };
 

@@ -4,14 +4,18 @@
 
 namespace cpbench::dsa_costs {
 
-int64_t wire_elements_per_token(const DsaDims& d) { return d.mla.latent_dim() + d.index_head_dim; }
-
-int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size) {
-  return (cp - 1) * batch * local_tokens * wire_elements_per_token(d) * element_size;
+int64_t wire_elements_per_token(const DsaDims& d, bool shared) {
+  return d.mla.latent_dim() + (shared ? 0 : d.index_head_dim);
 }
 
-int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size) {
-  return forward_bytes(d, cp, batch, local_tokens, std::max<int64_t>(4, element_size));
+int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size,
+                      bool shared) {
+  return (cp - 1) * batch * local_tokens * wire_elements_per_token(d, shared) * element_size;
+}
+
+int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size,
+                       bool shared) {
+  return forward_bytes(d, cp, batch, local_tokens, std::max<int64_t>(4, element_size), shared);
 }
 
 double indexer_flops(const DsaDims& d, double keys) {

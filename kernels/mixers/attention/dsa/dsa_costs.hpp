@@ -36,11 +36,14 @@ struct DsaDims {
   int64_t topk = 0;            // k
 };
 
-// Values one token puts on the key-side wire: r + dr + d_I.
-[[nodiscard]] int64_t wire_elements_per_token(const DsaDims& d);
+// Values one token puts on the key-side wire: r + dr + d_I; a shared indexer layer (GLM-5's
+// indexer_types: no indexer of its own) gathers its latent only, r + dr.
+[[nodiscard]] int64_t wire_elements_per_token(const DsaDims& d, bool shared = false);
 // Bytes one rank sends per layer call: forward (W-1) B S n e, backward (W-1) B S n max(4, e).
-[[nodiscard]] int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
-[[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
+[[nodiscard]] int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size,
+                                    bool shared = false);
+[[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
+                                     int64_t element_size, bool shared = false);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

@@ -13,6 +13,10 @@
 // Then (dsa.hpp): scores against the gathered keys, top-k, sparse MLA over the picks (softmax scale
 // (dn + dr)^-0.5), the indexer's KL added to the step's loss (dsa_context.hpp) times loss_coeff, divided by
 // the sequence's valid rows. In the sparse loss stage h is detached on the indexer's side.
+//
+// A shared layer (model.attention.dsa.indexer_types, GLM-5's): no parameters drawn, no indexer loss; it
+// gathers its latent only and attends the picks of the last full layer before it (DsaStepContext::
+// shared_picks, set by that layer's forward in the same step), which it also records for the picks check.
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -22,8 +26,11 @@
 
 namespace cpbench {
 
+struct DsaStepContext;
+
 class DsaIndexer {
  public:
+  // The layer's kind is config.dsa.kind_of(in.mixer_index).
   DsaIndexer(const LayerInit& in, const AttentionConfig& config);
   // h [B, S, hidden] (the layer's normed input), q [B, H, S, dn + dr] (RoPE'd), latent [B, S, r + dr]
   // ([c, k_rope]), w_up = W_kv_b; rope applies the layer's RoPE to [B, n, S, dr] -> out [B, H, S, dv].
@@ -32,8 +39,17 @@ class DsaIndexer {
                                   const LayerStep& step) const;
 
  private:
+  // A full layer's key side and picks: the gathered latent [B, Sk, r + dr], the scores [B, S, Sk] and the
+  // picks [B, S, K] of hi (h, or h detached in the sparse stage).
+  struct Picked {
+    at::Tensor latent, scores, picks;
+  };
+  [[nodiscard]] Picked pick(const at::Tensor& hi, const at::Tensor& latent,
+                            const std::function<at::Tensor(const at::Tensor&)>& rope, const DsaStepContext& ctx) const;
+
   DsaConfig c_;
   MlaDims d_;
+  DsaIndexerKind kind_;
   at::Tensor wq_, wk_, k_norm_w_, k_norm_b_, w_;
 };
 
