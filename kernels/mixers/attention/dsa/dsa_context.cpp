@@ -67,6 +67,23 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
     keys = all.index_select(1, ctx->order);
   }
   ctx->visible = build_mask(in.mask, local, keys);
+  if (!in.strategy.empty()) ctx->transport = in.strategy;  // attention's strategy: the case's transport
+  if (ctx->transport == "ring") {  // the ring passes' map and byte counts (dsa_ring.hpp, dsa_costs.hpp)
+    kernels::dsa::DsaRing& g = ctx->ring;
+    g.comm = *in.comm;
+    g.local_tokens = S;
+    g.nvtx = in.nvtx;
+    const at::Tensor columns = at::arange(W * S, at::TensorOptions().dtype(at::kLong).device(all.pos.device()));
+    // order[g] = the rank-order column of global key g; key_global is its inverse (identity: rank order kept).
+    g.key_column = ctx->order.defined() ? ctx->order : columns;
+    g.key_global = at::empty_like(columns).index_put_({g.key_column}, columns);
+    const DsaStepContext& c = *ctx;
+    const bool two = c.two_rounds();
+    const int64_t e = c.element_size;
+    g.collect_bytes = dsa_costs::ring_forward_bytes(c.dims, W, c.batch, S, e, false);
+    g.score_bytes = dsa_costs::ring_forward_bytes(c.dims, W, c.batch, S, e, two) - g.collect_bytes;
+    g.return_bytes = dsa_costs::backward_bytes(c.dims, W, c.batch, S, e);
+  }
   ctx->row_valid = valid_of(local);
   // The sequence's valid rows (every rank counts the same from the gathered metadata); the control counts
   // this rank's own: the KL averaged per rank.
@@ -82,6 +99,11 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local) const {
   const int64_t n = local.size(2);
   CP_CHECK(n == dsa_costs::wire_elements_per_token(dims), "model.attention.dsa: ", n,
            " key-side values per token, the formula says ", dsa_costs::wire_elements_per_token(dims));
+  if (transport == "ring") {  // every row, in global order, collected as the blocks pass
+    const at::Tensor all = at::arange(world * local_tokens, ring.key_global.options());
+    if (bytes_sent) *bytes_sent += bytes_per_layer();
+    return kernels::dsa::ring_collect(ring, local.contiguous(), all.unsqueeze(0).expand({batch, world * local_tokens}));
+  }
   const int64_t fwd = dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size);
   const int64_t bwd = dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
   // The all-gather reports its forward, then (in the backward) its reduce-scatter: each against its formula.
@@ -105,6 +127,28 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local) const {
   return order.defined() ? keys.index_select(1, order) : keys;
 }
 
+bool DsaStepContext::two_rounds() const { return transport == "ring" && config.loss == DsaLoss::sparse && world > 1; }
+
+at::Tensor DsaStepContext::ring_picks(const at::Tensor& q_idx, const at::Tensor& w, const at::Tensor& k_local) const {
+  CP_CHECK(two_rounds(), "model.attention.dsa: the two ring rounds run on ring's sparse stage only (", transport,
+           ", loss ", to_string(config.loss), ", W = ", world, ")");
+  return kernels::dsa::ring_topk(ring, k_local.detach().contiguous(), q_idx.detach(), w.detach(), visible,
+                                 config.scoring_relu, config.topk, fault != kDsaFaultBufferOrder);
+}
+
+at::Tensor DsaStepContext::ring_rows(const at::Tensor& local, const at::Tensor& picks) const {
+  CP_CHECK(local.dim() == 3 && local.size(0) == batch && local.size(1) == local_tokens &&
+               local.size(2) == dsa_costs::wire_elements_per_token(dims) && picks.dim() == 3 &&
+               picks.size(0) == batch && picks.size(1) == local_tokens,
+           "model.attention.dsa (ring): key side ", shape_str(local.sizes()), " must be [", batch, ", ", local_tokens,
+           ", ", dsa_costs::wire_elements_per_token(dims), "], picks ", shape_str(picks.sizes()), " [B, S, K] (rank ",
+           rank, ")");
+  const int64_t K = picks.size(2);
+  if (bytes_sent) *bytes_sent += bytes_per_layer();
+  return kernels::dsa::ring_collect(ring, local.contiguous(), picks.reshape({batch, local_tokens * K}))
+      .view({batch, local_tokens, K, local.size(2)});
+}
+
 void DsaStepContext::add_loss(const at::Tensor& layer_loss) { aux = aux.defined() ? aux + layer_loss : layer_loss; }
 
 void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
@@ -121,8 +165,10 @@ void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
 at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
 
 int64_t DsaStepContext::bytes_per_layer() const {
-  return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
-         dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
+  const int64_t fwd = transport == "ring"
+                          ? dsa_costs::ring_forward_bytes(dims, world, batch, local_tokens, element_size, two_rounds())
+                          : dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size);
+  return fwd + dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
 }
 
 DsaStepContext& dsa_context(const LayerStep& step) {
@@ -134,15 +180,15 @@ DsaStepContext& dsa_context(const LayerStep& step) {
   return *ctx;
 }
 
-std::vector<std::string> dsa_transports() { return {"allgather"}; }
+std::vector<std::string> dsa_transports() { return {"allgather", "ring"}; }
 
 std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport, const MaskSpec& mask,
                                    bool sdpa_hook) {
   if (!config.dsa.enabled()) return "";
   const auto t = dsa_transports();
   if (std::find(t.begin(), t.end(), transport) == t.end())
-    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather only (the key side "
-                       "gathered in global order; ring / a2a / hybrid do not carry it yet)";
+    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather and ring (the key "
+                       "side gathered in global order, or passed in blocks; a2a / hybrid do not carry it yet)";
   if (config.sinks != 0) return "model.attention.dsa does not take learned sinks (model.attention.sinks)";
   if (sdpa_hook) return "model.attention.dsa runs on the transport routing only (not through the SDPA hook)";
   if (mask.kind != MaskSpec::Kind::causal && mask.kind != MaskSpec::Kind::document)

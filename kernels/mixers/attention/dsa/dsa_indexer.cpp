@@ -8,6 +8,33 @@
 
 namespace cpbench {
 
+namespace {
+
+// A layer's KL rows [B, S] into the step's loss: this rank's valid rows, over the sequence's (dsa_context.hpp).
+void add_layer_loss(DsaStepContext& ctx, const at::Tensor& kl, double coeff) {
+  const at::Tensor rows = ctx.row_valid.to(kl.scalar_type());
+  ctx.add_loss((kl * rows).sum() * (coeff / ctx.loss_rows));
+}
+
+// Ring's sparse stage (dsa_ring.hpp): round 1 picks among every rank's index keys as their blocks pass,
+// round 2 collects the picked rows of the key side [B, S, L + d_I]; then the same sparse MLA and sparse KL
+// as on gathered keys, over the collected rows.
+at::Tensor attend_two_rounds(DsaStepContext& ctx, const DsaConfig& c, const at::Tensor& q, const at::Tensor& q_idx,
+                             const at::Tensor& w, const at::Tensor& key_side, const at::Tensor& w_up, int64_t L,
+                             int64_t dn) {
+  const int64_t dI = key_side.size(2) - L;
+  const at::Tensor picks = ctx.ring_picks(q_idx, w, key_side.narrow(-1, L, dI));
+  ctx.add_picks(picks);
+  const at::Tensor rows = ctx.ring_rows(key_side, picks);  // [B, S, K, L + d_I]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const kernels::dsa::SparseMla sp = kernels::dsa::sparse_mla_rows(q, rows.narrow(-1, 0, L), w_up, picks, dn, scale);
+  const at::Tensor picked = kernels::dsa::index_scores_rows(q_idx, w, rows.narrow(-1, L, dI), c.scoring_relu);
+  add_layer_loss(ctx, kernels::dsa::indexer_kl(sp.logits, picked, picks.ge(0)), c.loss_coeff);
+  return sp.out;
+}
+
+}  // namespace
+
 DsaIndexer::DsaIndexer(const LayerInit& in, const AttentionConfig& config) : c_(config.dsa), d_(config.mla) {
   const double s_in = 1.0 / std::sqrt(static_cast<double>(in.hidden));
   wq_ = in.normal("idx_wq", {c_.index_heads * c_.index_head_dim, in.hidden}, s_in);
@@ -34,6 +61,10 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
   const auto cd = kernels::dsa::score_dtype(h.scalar_type());
   const at::Tensor w = at::linear(hi.to(cd), w_.to(cd)) / std::sqrt(static_cast<double>(HI));  // [B, S, H_I]
 
+  // ---- The key side by transport, the one dispatch (dsa_context.hpp): ring's sparse stage picks in two rounds
+  // and collects only the picked rows; every other case (allgather; ring's dense stage) has every key in
+  // global order.
+  if (ctx.two_rounds()) return attend_two_rounds(ctx, c_, q, q_idx, w, at::cat({latent, k_idx}, -1), w_up, L, dn);
   // The key side: this rank's latent and index key, every rank's in global order.
   const at::Tensor keys = ctx.gather_keys(at::cat({latent, k_idx}, -1));
   const at::Tensor lat = keys.narrow(-1, 0, L), kig = keys.narrow(-1, L, dI);
@@ -54,8 +85,7 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
     const at::Tensor picked = scores.gather(-1, picks.clamp_min(0));
     kl = kernels::dsa::indexer_kl(sp.logits, picked, picks.ge(0));
   }
-  const at::Tensor rows = ctx.row_valid.to(kl.scalar_type());
-  ctx.add_loss((kl * rows).sum() * (c_.loss_coeff / ctx.loss_rows));
+  add_layer_loss(ctx, kl, c_.loss_coeff);
   return sp.out;
 }
 
