@@ -3,7 +3,8 @@
 // every key in global order, element for element, for any split of the keys into blocks (rank buffers in
 // an order unlike the global one) and any arrival order, on rows full of exact ties (ReLU's zeros, equal
 // positive scores), invisible keys and k beyond the visible count; the per-row score of the collected
-// index keys equals the all-keys score at the picks; the ring's bytes per call. The multi-rank runs (every
+// index keys equals the all-keys score at the picks, and the rows the kept candidates carry are the picks';
+// the ring's bytes per call (allgather's, split over the two rounds). The multi-rank runs (every
 // layout, W = 2, 3, 4, 8, both loss stages, the picks and every gradient against the single rank):
 // scenarios/dsa_ring*.yaml (CTest scenario_dsa_ring*).
 #include <gtest/gtest.h>
@@ -86,13 +87,18 @@ TEST(DsaRunningTopk, ScoresFromTheIndexerWithReluTies) {
   const at::Tensor vis = at::ones({Sq, n}, at::kBool).tril(n - Sq).unsqueeze(0);
   const auto owner = deal(n, 4);
   for (int r = 0; r < 4; ++r) {
-    // Each block scored on its own keys (what round 1 computes), not sliced from the all-keys scores.
+    // Each block scored on its own keys (what round 1 computes), not sliced from the all-keys scores; the
+    // kept candidates carry their index keys along.
     dsa::RunningTopk top;
     for (int st = 0; st < 4; ++st) {
       const at::Tensor keys = owner[static_cast<size_t>((r - st + 4) % 4)];
-      dsa::merge_topk(top, dsa::index_scores(q, w, kk.index_select(1, keys), true), vis.index_select(2, keys), keys, 9);
+      const at::Tensor held = kk.index_select(1, keys);
+      dsa::merge_topk(top, dsa::index_scores(q, w, held, true), vis.index_select(2, keys), keys, 9, true, held);
     }
-    EXPECT_TRUE(dsa::running_picks(top).equal(dsa::select_topk(s, vis, 9))) << "rank " << r;
+    const at::Tensor picks = dsa::running_picks(top);
+    EXPECT_TRUE(picks.equal(dsa::select_topk(s, vis, 9))) << "rank " << r;
+    const at::Tensor want = kk.index_select(1, top.index.flatten()).view({B, Sq, 9, d});  // B = 1
+    EXPECT_TRUE(top.rows.equal(want)) << "rank " << r << ": the carried rows are not the picks' keys";
   }
 }
 
@@ -107,18 +113,19 @@ TEST(DsaRingRows, ScoreOfTheCollectedIndexKeysIsTheAllKeysScoreAtThePicks) {
   EXPECT_TRUE(at::allclose(dsa::index_scores_rows(q, w, rows, true), want, 1e-13, 1e-14));
 }
 
-TEST(DsaRingCosts, TwoRoundsAddTheIndexKeysToAllgathersWire) {
+TEST(DsaRingCosts, TheTwoRoundsSendAllgathersBytes) {
   dsa_costs::DsaDims d;
   d.mla = MlaDims{512, 64, 128, 128};
   d.heads = 128;
   d.index_heads = 64;
   d.index_head_dim = 128;
   d.topk = 2048;
-  // 8 ranks, 16K tokens each, bf16: round 1 128 + round 2 704 values per token forward.
-  EXPECT_EQ(dsa_costs::ring_forward_bytes(d, 8, 1, 16384, 2, true), int64_t{7} * 16384 * (128 + 704) * 2);
-  // The dense stage (one pass of every row): allgather's count.
-  EXPECT_EQ(dsa_costs::ring_forward_bytes(d, 8, 1, 16384, 2, false), dsa_costs::forward_bytes(d, 8, 1, 16384, 2));
-  EXPECT_EQ(dsa_costs::ring_forward_bytes(d, 1, 1, 16384, 2, true), 0);
+  // 8 ranks, 16K tokens each, bf16: round 1 the 128 index-key values per token, round 2 the 576 of the latent:
+  // allgather's 704 in all.
+  EXPECT_EQ(dsa_costs::ring_score_bytes(d, 8, 1, 16384, 2), int64_t{7} * 16384 * 128 * 2);
+  EXPECT_EQ(dsa_costs::forward_bytes(d, 8, 1, 16384, 2) - dsa_costs::ring_score_bytes(d, 8, 1, 16384, 2),
+            int64_t{7} * 16384 * (512 + 64) * 2);
+  EXPECT_EQ(dsa_costs::ring_score_bytes(d, 1, 1, 16384, 2), 0);
 }
 
 }  // namespace

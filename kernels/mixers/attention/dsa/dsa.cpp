@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "sharders/core/check.hpp"
 
@@ -62,8 +63,21 @@ at::Tensor select_topk(const at::Tensor& scores, const at::Tensor& visible, int6
   return picks.masked_fill_(vals.narrow(-1, 0, keff).eq(-kInf), -1);
 }
 
+namespace {
+// The rows of the kept candidates: candidate c < n_prev is the running top-k's row c, else block row c - n_prev.
+at::Tensor kept_rows(const at::Tensor& prev, const at::Tensor& block_rows, const at::Tensor& kept, int64_t n_prev) {
+  const int64_t B = kept.size(0), Sq = kept.size(1), K = kept.size(2), d = block_rows.size(2);
+  const at::Tensor from_block = kept.ge(n_prev).unsqueeze(-1);
+  const at::Tensor b = (kept - n_prev).clamp_min(0).view({B, Sq * K, 1}).expand({B, Sq * K, d});
+  at::Tensor rows = block_rows.gather(1, b).view({B, Sq, K, d});
+  if (n_prev == 0) return rows;
+  const at::Tensor r = kept.clamp_max(n_prev - 1).unsqueeze(-1).expand({B, Sq, K, d});
+  return at::where(from_block, rows, prev.gather(2, r));
+}
+}  // namespace
+
 void merge_topk(RunningTopk& top, const at::Tensor& block_scores, const at::Tensor& block_visible,
-                const at::Tensor& block_index, int64_t k, bool stable) {
+                const at::Tensor& block_index, int64_t k, bool stable, const at::Tensor& block_rows) {
   const at::Tensor s = masked_scores(block_scores, block_visible);
   CP_CHECK(block_index.dim() == 1 && block_index.size(0) == s.size(2) && block_index.scalar_type() == at::kLong,
            "dsa running top-k: the block's key indices ", shape_str(block_index.sizes()), " for scores ",
@@ -73,19 +87,27 @@ void merge_topk(RunningTopk& top, const at::Tensor& block_scores, const at::Tens
     vals = at::cat({top.scores, vals.to(top.scores.scalar_type())}, -1);
     idx = at::cat({top.index, idx}, -1);
   }
-  const int64_t keff = std::min(k, vals.size(2));
+  const int64_t keff = std::min(k, vals.size(2)), n_prev = top.scores.defined() ? top.scores.size(2) : 0;
+  at::Tensor kept_vals, kept;  // the kept candidates' scores and positions in the list above, best first
   if (!stable) {
-    auto [v, p] = at::topk(vals, keff, -1, /*largest=*/true, /*sorted=*/true);
-    top = {v, idx.gather(-1, p)};
-    return;
+    std::tie(kept_vals, kept) = at::topk(vals, keff, -1, /*largest=*/true, /*sorted=*/true);
+  } else {
+    // THE order (select_topk's): global index ascending first, then a stable sort by score descending keeps
+    // that order among equal scores.
+    const at::Tensor by_index = std::get<1>(at::sort(idx, /*stable=*/true, /*dim=*/-1, /*descending=*/false));
+    auto [v, p] = at::sort(vals.gather(-1, by_index), /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+    kept_vals = v.narrow(-1, 0, keff).contiguous();
+    kept = by_index.gather(-1, p.narrow(-1, 0, keff));
   }
-  // THE order (select_topk's): global index ascending first, then a stable sort by score descending keeps
-  // that order among equal scores.
-  const at::Tensor by_index = std::get<1>(at::sort(idx, /*stable=*/true, /*dim=*/-1, /*descending=*/false));
-  vals = vals.gather(-1, by_index);
-  idx = idx.gather(-1, by_index);
-  auto [v, p] = at::sort(vals, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
-  top = {v.narrow(-1, 0, keff).contiguous(), idx.gather(-1, p.narrow(-1, 0, keff))};
+  at::Tensor rows;
+  if (block_rows.defined()) {
+    CP_CHECK(block_rows.dim() == 3 && block_rows.size(0) == s.size(0) && block_rows.size(1) == s.size(2) &&
+                 (n_prev == 0 || top.rows.defined()),
+             "dsa running top-k: the block's rows ", shape_str(block_rows.sizes()), " for scores ",
+             shape_str(s.sizes()), " must be [B, Sb, d], in every merge or none");
+    rows = kept_rows(top.rows, block_rows, kept, n_prev);
+  }
+  top = {kept_vals, idx.gather(-1, kept), rows};
 }
 
 at::Tensor running_picks(const RunningTopk& top) {

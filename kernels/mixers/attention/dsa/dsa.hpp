@@ -56,11 +56,13 @@ namespace cpbench::kernels::dsa {
 struct RunningTopk {
   at::Tensor scores;  // [B, Sq, n] compute dtype, -inf for invisible keys; undefined before the first block
   at::Tensor index;   // int64 [B, Sq, n]: each candidate's global key index
+  at::Tensor rows;    // [B, Sq, n, d]: each candidate's row of block_rows (when the merges pass them)
 };
 // block_scores [B, Sq, Sb] (not differentiated), block_visible bool [B, Sq, Sb], block_index int64 [Sb]:
-// the block's keys' global indices (unique across blocks).
+// the block's keys' global indices (unique across blocks). block_rows [B, Sb, d] (optional, every merge
+// or none): a row per key that the kept candidates carry along (the ring's index keys, dsa_ring.hpp).
 void merge_topk(RunningTopk& top, const at::Tensor& block_scores, const at::Tensor& block_visible,
-                const at::Tensor& block_index, int64_t k, bool stable = true);
+                const at::Tensor& block_index, int64_t k, bool stable = true, const at::Tensor& block_rows = {});
 // The picks of a finished running top-k: its indices, -1 where the score is -inf (select_topk's form).
 [[nodiscard]] at::Tensor running_picks(const RunningTopk& top);
 

@@ -78,10 +78,9 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
     g.key_column = ctx->order.defined() ? ctx->order : columns;
     g.key_global = at::empty_like(columns).index_put_({g.key_column}, columns);
     const DsaStepContext& c = *ctx;
-    const bool two = c.two_rounds();
     const int64_t e = c.element_size;
-    g.collect_bytes = dsa_costs::ring_forward_bytes(c.dims, W, c.batch, S, e, false);
-    g.score_bytes = dsa_costs::ring_forward_bytes(c.dims, W, c.batch, S, e, two) - g.collect_bytes;
+    g.score_bytes = c.two_rounds() ? dsa_costs::ring_score_bytes(c.dims, W, c.batch, S, e) : 0;
+    g.collect_bytes = dsa_costs::forward_bytes(c.dims, W, c.batch, S, e) - g.score_bytes;
     g.return_bytes = dsa_costs::backward_bytes(c.dims, W, c.batch, S, e);
   }
   ctx->row_valid = valid_of(local);
@@ -129,14 +128,16 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local) const {
 
 bool DsaStepContext::two_rounds() const { return transport == "ring" && config.loss == DsaLoss::sparse && world > 1; }
 
-at::Tensor DsaStepContext::ring_picks(const at::Tensor& q_idx, const at::Tensor& w, const at::Tensor& k_local) const {
+kernels::dsa::RingPicks DsaStepContext::ring_picks(const at::Tensor& q_idx, const at::Tensor& w,
+                                                   const at::Tensor& k_local) const {
   CP_CHECK(two_rounds(), "model.attention.dsa: the two ring rounds run on ring's sparse stage only (", transport,
            ", loss ", to_string(config.loss), ", W = ", world, ")");
   return kernels::dsa::ring_topk(ring, k_local.detach().contiguous(), q_idx.detach(), w.detach(), visible,
                                  config.scoring_relu, config.topk, fault != kDsaFaultBufferOrder);
 }
 
-at::Tensor DsaStepContext::ring_rows(const at::Tensor& local, const at::Tensor& picks) const {
+at::Tensor DsaStepContext::ring_rows(const at::Tensor& local, const kernels::dsa::RingPicks& picked) const {
+  const at::Tensor& picks = picked.picks;
   CP_CHECK(local.dim() == 3 && local.size(0) == batch && local.size(1) == local_tokens &&
                local.size(2) == dsa_costs::wire_elements_per_token(dims) && picks.dim() == 3 &&
                picks.size(0) == batch && picks.size(1) == local_tokens,
@@ -145,7 +146,8 @@ at::Tensor DsaStepContext::ring_rows(const at::Tensor& local, const at::Tensor& 
            rank, ")");
   const int64_t K = picks.size(2);
   if (bytes_sent) *bytes_sent += bytes_per_layer();
-  return kernels::dsa::ring_collect(ring, local.contiguous(), picks.reshape({batch, local_tokens * K}))
+  const at::Tensor known = picked.rows.reshape({batch, local_tokens * K, picked.rows.size(3)});
+  return kernels::dsa::ring_collect(ring, local.contiguous(), picks.reshape({batch, local_tokens * K}), known)
       .view({batch, local_tokens, K, local.size(2)});
 }
 
@@ -164,11 +166,9 @@ void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
 
 at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
 
-int64_t DsaStepContext::bytes_per_layer() const {
-  const int64_t fwd = transport == "ring"
-                          ? dsa_costs::ring_forward_bytes(dims, world, batch, local_tokens, element_size, two_rounds())
-                          : dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size);
-  return fwd + dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
+int64_t DsaStepContext::bytes_per_layer() const {  // allgather's and ring's alike (dsa_costs.hpp)
+  return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
+         dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
 }
 
 DsaStepContext& dsa_context(const LayerStep& step) {

@@ -58,11 +58,13 @@ struct DsaStepContext final : MixerStepContext {
   [[nodiscard]] at::Tensor gather_keys(const at::Tensor& local) const;
   // Ring's sparse stage under CP: the picks by two rounds instead of gathering the keys (the layer asks).
   [[nodiscard]] bool two_rounds() const;
-  // Round 1: the picks [B, S, K] (global key columns, -1 none) of this rank's queries, from every rank's
-  // index keys k_local [B, S, d_I]; q_idx, w as index_scores takes them (not differentiated).
-  [[nodiscard]] at::Tensor ring_picks(const at::Tensor& q_idx, const at::Tensor& w, const at::Tensor& k_local) const;
-  // Round 2: the key side's rows [B, S, K, n] of `picks`, differentiable in `local` [B, S, n].
-  [[nodiscard]] at::Tensor ring_rows(const at::Tensor& local, const at::Tensor& picks) const;
+  // Round 1: the picks [B, S, K] (global key columns, -1 none) of this rank's queries and their index keys,
+  // from every rank's index keys k_local [B, S, d_I]; q_idx, w as index_scores takes them (not differentiated).
+  [[nodiscard]] kernels::dsa::RingPicks ring_picks(const at::Tensor& q_idx, const at::Tensor& w,
+                                                   const at::Tensor& k_local) const;
+  // Round 2: the key side's rows [B, S, K, n] of the picks (the latent collected by the ring, the index keys
+  // round 1's), differentiable in `local` [B, S, n].
+  [[nodiscard]] at::Tensor ring_rows(const at::Tensor& local, const kernels::dsa::RingPicks& picked) const;
   void add_loss(const at::Tensor& layer_loss);
   // Records a layer's picks [B, S, K] (columns in the layer's key order, -1 none) for key_picks.
   void add_picks(const at::Tensor& layer_picks);

@@ -23,14 +23,11 @@
 // (W - 1) * B * S * (r + dr + d_I) values forward in the input dtype and the same count of gradient values
 // backward in the accumulation dtype (max(4, element size) bytes).
 //
-// Wire on ring (dsa_ring.hpp; each pass W - 1 hops of this rank's [B, S, .] block, so the same count per
-// rank as an all-gather's): the sparse stage's round 1 passes the index keys (d_I per token) to score
-// every block into the running top-k, round 2 the whole key side (r + dr + d_I) to collect the picked rows:
-// forward (W - 1) B S (r + dr + 2 d_I) e, 832 values per token at DeepSeek-V3.2's dims (128 more than
-// allgather's 704). The dense stage's KL reads every key's score, so ring passes the key side once
-// (round 2 collecting every row) and moves allgather's 704. Backward either way: the collected rows'
-// gradient travels home as partial sums, (W - 1) B S (r + dr + d_I) values in max(4, e) bytes (as
-// allgather's reduce-scatter).
+// Wire on ring (dsa_ring.hpp; each pass W - 1 hops of this rank's [B, S, .] block, so per rank the count an
+// all-gather sends): the sparse stage's round 1 passes the index keys (d_I per token, the kept candidates
+// carrying their rows), round 2 the latent (r + dr); the dense stage passes the whole key side once. Either
+// way each key-side value crosses each link once: forward_bytes / backward_bytes as allgather's (704 values
+// per token at DeepSeek-V3.2's dims), round 1's part of the forward ring_score_bytes.
 #include <cstdint>
 
 #include "kernels/attention/mla_dims.hpp"
@@ -50,10 +47,10 @@ struct DsaDims {
 // Bytes one rank sends per layer call: forward (W-1) B S n e, backward (W-1) B S n max(4, e).
 [[nodiscard]] int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
 [[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
-// Ring: forward bytes of one call; `scoring_round`: the sparse stage's round 1 (the index keys) comes
-// before the key side's pass. Backward: backward_bytes.
-[[nodiscard]] int64_t ring_forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
-                                         int64_t element_size, bool scoring_round);
+// Ring's sparse stage: the bytes of round 1 (the index keys), (W-1) B S d_I e; round 2 sends the rest of
+// forward_bytes.
+[[nodiscard]] int64_t ring_score_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
+                                       int64_t element_size);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

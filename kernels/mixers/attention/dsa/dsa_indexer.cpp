@@ -23,9 +23,10 @@ at::Tensor attend_two_rounds(DsaStepContext& ctx, const DsaConfig& c, const at::
                              const at::Tensor& w, const at::Tensor& key_side, const at::Tensor& w_up, int64_t L,
                              int64_t dn) {
   const int64_t dI = key_side.size(2) - L;
-  const at::Tensor picks = ctx.ring_picks(q_idx, w, key_side.narrow(-1, L, dI));
+  const kernels::dsa::RingPicks round1 = ctx.ring_picks(q_idx, w, key_side.narrow(-1, L, dI));
+  const at::Tensor& picks = round1.picks;
   ctx.add_picks(picks);
-  const at::Tensor rows = ctx.ring_rows(key_side, picks);  // [B, S, K, L + d_I]
+  const at::Tensor rows = ctx.ring_rows(key_side, round1);  // [B, S, K, L + d_I]
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const kernels::dsa::SparseMla sp = kernels::dsa::sparse_mla_rows(q, rows.narrow(-1, 0, L), w_up, picks, dn, scale);
   const at::Tensor picked = kernels::dsa::index_scores_rows(q_idx, w, rows.narrow(-1, L, dI), c.scoring_relu);

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <utility>
 
 #include "kernels/comm/autograd.hpp"
@@ -46,13 +47,15 @@ at::Tensor block_keys(const DsaRing& g, int src) { return g.key_global.narrow(0,
 class RingCollect : public torch::autograd::Function<RingCollect> {
  public:
   // block / row int64 [B, M]: the rank holding each wanted row and its row there (-1: none).
+  // known [B, M, n_k] or undefined: the rows' last n_k values, collected already (they do not travel).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& keys_local, const at::Tensor& block,
-                            const at::Tensor& row, const DsaRing& g) {
+                            const at::Tensor& row, const std::optional<at::Tensor>& known_in, const DsaRing& g) {
+    const at::Tensor known = known_in.value_or(at::Tensor());
     nvtx::Range range{g.nvtx, "dsa_ring:collect"};
     const int W = ring_size(g), r = ring_rank(g);
-    const int64_t B = block.size(0), M = block.size(1), n = keys_local.size(2);
+    const int64_t B = block.size(0), M = block.size(1), n = keys_local.size(2) - (known.defined() ? known.size(2) : 0);
     const Staging wire(g.comm, keys_local);
-    at::Tensor cur = wire.own(keys_local), next = W > 1 ? at::empty_like(cur) : at::Tensor();
+    at::Tensor cur = wire.own(keys_local.narrow(-1, 0, n)), next = W > 1 ? at::empty_like(cur) : at::Tensor();
     const at::Tensor where = row.clamp_min(0).unsqueeze(-1).expand({B, M, n});
     at::Tensor out = at::zeros({B, M, n}, keys_local.options());
     int64_t sent = 0;
@@ -74,7 +77,7 @@ class RingCollect : public torch::autograd::Function<RingCollect> {
     ctx->save_for_backward({block, row});
     ctx->saved_data["ring"] = comm::make_saved_object(g);
     ctx->saved_data["tokens"] = keys_local.size(1);
-    return out;
+    return known.defined() ? at::cat({out, known.to(out.scalar_type())}, -1) : out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -116,14 +119,14 @@ class RingCollect : public torch::autograd::Function<RingCollect> {
       home = home + wire.back(recv);
     }
     check_sent(g, sent, g.return_bytes, "backward (key side's gradient)");
-    return {home.to(grad.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {home.to(grad.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor ring_topk(const DsaRing& g, const at::Tensor& k_local, const at::Tensor& q_idx, const at::Tensor& w,
-                     const at::Tensor& visible, bool relu, int64_t k, bool stable) {
+RingPicks ring_topk(const DsaRing& g, const at::Tensor& k_local, const at::Tensor& q_idx, const at::Tensor& w,
+                    const at::Tensor& visible, bool relu, int64_t k, bool stable) {
   at::NoGradGuard no_grad;
   nvtx::Range range{g.nvtx, "dsa_ring:score"};
   const int W = ring_size(g), r = ring_rank(g);
@@ -143,29 +146,35 @@ at::Tensor ring_topk(const DsaRing& g, const at::Tensor& k_local, const at::Tens
       ex = g.comm.post_exchange(cur, (r + 1) % W, next, (r - 1 + W) % W, kTagScore);
       sent += static_cast<int64_t>(cur.nbytes());
     }
-    const at::Tensor keys = block_keys(g, src);
-    const at::Tensor scores = index_scores(q_idx, w, wire.back(cur), relu);  // [B, Sq, S]
-    merge_topk(top, scores, visible.index_select(2, keys), keys, k, stable);
+    const at::Tensor keys = block_keys(g, src), held = wire.back(cur);
+    merge_topk(top, index_scores(q_idx, w, held, relu), visible.index_select(2, keys), keys, k, stable, held);
     if (s + 1 < W) {
       ex.wait();
       std::swap(cur, next);
     }
   }
   check_sent(g, sent, g.score_bytes, "forward (index keys)");
-  return running_picks(top);
+  const at::Tensor picks = running_picks(top);
+  return {picks, top.rows.masked_fill(picks.lt(0).unsqueeze(-1), 0.0)};
 }
 
-at::Tensor ring_collect(const DsaRing& g, const at::Tensor& keys_local, const at::Tensor& columns) {
+at::Tensor ring_collect(const DsaRing& g, const at::Tensor& keys_local, const at::Tensor& columns,
+                        const at::Tensor& known) {
   const int64_t S = g.local_tokens;
   CP_CHECK(keys_local.dim() == 3 && keys_local.size(1) == S && columns.dim() == 2 &&
                columns.size(0) == keys_local.size(0) && columns.scalar_type() == at::kLong,
            "model.attention.dsa (ring): key side ", shape_str(keys_local.sizes()), " must be [B, ", S,
            ", n] and the wanted columns ", shape_str(columns.sizes()), " int64 [B, M] (rank ", ring_rank(g), ")");
+  CP_CHECK(!known.defined() || (known.dim() == 3 && known.size(0) == columns.size(0) &&
+                                known.size(1) == columns.size(1) && known.size(2) < keys_local.size(2)),
+           "model.attention.dsa (ring): the rows known already ", shape_str(known.sizes()), " must be [",
+           columns.size(0), ", ", columns.size(1), ", n_k < ", keys_local.size(2), "] (rank ", ring_rank(g), ")");
   // Where each wanted key lives: rank-order column c = block c / S, row c % S.
   const at::Tensor none = columns.lt(0);
   const at::Tensor c = g.key_column.index_select(0, columns.clamp_min(0).flatten()).view_as(columns);
   const at::Tensor block = c.div(S, "floor").masked_fill(none, -1), row = c.remainder(S).masked_fill(none, -1);
-  return RingCollect::apply(keys_local, block, row, g);
+  return RingCollect::apply(keys_local, block, row,
+                            known.defined() ? std::optional<at::Tensor>(known.detach()) : std::nullopt, g);
 }
 
 }  // namespace cpbench::kernels::dsa
