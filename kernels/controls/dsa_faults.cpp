@@ -1,9 +1,10 @@
 // The DeepSeek Sparse Attention negative controls (model.attention.dsa; kernels/mixers/attention/dsa/).
-// Each shards like load_balanced, runs the allgather path and plants its fault through the DSA step
-// context (CpStepInputs::fault, dsa_context.hpp) on every rank:
+// Each shards like load_balanced, runs the case's transport (allgather or ring) and plants its fault
+// through the DSA step context (CpStepInputs::fault, dsa_context.hpp) on every rank:
 //   dsa_buffer_order  the gathered keys left in rank (buffer) order and the top-k by at::topk, which
 //                     leaves score ties to the order the keys sit in: the picks among ReLU's exact-zero
-//                     ties are then not the single rank's.
+//                     ties are then not the single rank's (ring: rank-order columns, the running top-k
+//                     merged by at::topk).
 //   dsa_kl_per_rank   the indexer's KL divided by this rank's valid rows instead of the sequence's.
 //   dsa_no_detach     the sparse stage's indexer inputs not detached: the KL's gradient reaches the model.
 //   dsa_shared_recompute  a shared indexer layer (model.attention.dsa.indexer_types) recomputing its own

@@ -228,9 +228,17 @@ TEST(DsaScenario, KeyAndItsRefusals) {
   // A transport that does not carry DSA is refused before any rank starts, naming the key.
   const MaskSpec causal = MaskSpec::parse("causal");
   EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "allgather", causal, false), "");
-  for (const char* t : {"ring", "a2a", "hybrid"}) {
+  EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "ring", causal, false), "");
+  for (const char* t : {"a2a", "hybrid"}) {
     why = dsa_unsupported_reason(s.model.attention, t, causal, false);
     EXPECT_NE(why.find("model.attention.dsa"), std::string::npos) << t << ": " << why;
+  }
+  {  // GLM-5's shared indexer layers: allgather only (ring's latent-only pass for them is not written).
+    AttentionConfig shared = s.model.attention;
+    shared.dsa.indexer_kinds = {DsaIndexerKind::full, DsaIndexerKind::shared};
+    EXPECT_EQ(dsa_unsupported_reason(shared, "allgather", causal, false), "");
+    EXPECT_NE(dsa_unsupported_reason(shared, "ring", causal, false).find("model.attention.dsa.indexer_types"),
+              std::string::npos);
   }
   EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", causal, true), "");
   EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", MaskSpec::parse("full"), false), "");
@@ -376,7 +384,9 @@ TEST(DsaShared, ASharedLayerAttendsTheLastFullLayersPicksAndHasNoIndexer) {
   EXPECT_FALSE(p[3].equal(p[0])) << "the two full layers pick differently here (else the test shows nothing)";
   for (const auto& q : r.model->named_parameters()) {
     const bool shared = q.key().rfind("layer1_", 0) == 0 || q.key().rfind("layer2_", 0) == 0 || q.key().rfind("layer4_", 0) == 0;
-    if (q.key().find("idx_") != std::string::npos) EXPECT_FALSE(shared) << q.key() << ": a shared layer has no indexer";
+    if (q.key().find("idx_") != std::string::npos) {
+      EXPECT_FALSE(shared) << q.key() << ": a shared layer has no indexer";
+    }
   }
   // The shared layers' wire: the latent only (GLM-5's dims: 576 of a full layer's 704 values per token).
   dsa_costs::DsaDims d;

@@ -33,6 +33,10 @@ namespace cpbench::kernels::dsa {
 // I [B, Sq, Sk] in the compute dtype from q_idx [B, Sq, H_I, d_I], w [B, Sq, H_I] (already times
 // H_I^-0.5, in the compute dtype) and k_idx [B, Sk, d_I]. Differentiable.
 [[nodiscard]] at::Tensor index_scores(const at::Tensor& q_idx, const at::Tensor& w, const at::Tensor& k_idx, bool relu);
+// The same score of each query against its own keys, k_rows [B, Sq, K, d_I] -> [B, Sq, K] (the ring's
+// collected index keys of the picks). Differentiable.
+[[nodiscard]] at::Tensor index_scores_rows(const at::Tensor& q_idx, const at::Tensor& w, const at::Tensor& k_rows,
+                                           bool relu);
 
 // The picks: int64 [B, Sq, min(k, Sk)] of key columns (columns in global order), -1 where invisible.
 // scores [B, Sq, Sk] (not differentiated), visible bool [B, Sq, Sk].
@@ -40,6 +44,27 @@ namespace cpbench::kernels::dsa {
 // The same picks by at::topk, which leaves ties to the order the keys sit in (the dsa_buffer_order
 // negative control; never the real path).
 [[nodiscard]] at::Tensor select_topk_unstable(const at::Tensor& scores, const at::Tensor& visible, int64_t k);
+
+// The same top-k kept while key blocks arrive one at a time (the ring transport, dsa_ring.hpp): the best
+// min(k, keys seen) candidates so far, [B, Sq, n] each, ordered by THE rule (score descending, then global
+// key index ascending), invisible keys kept at -inf with their index. Merging a block ranks the union of
+// the kept candidates and the block's keys by that same strict total order and keeps the first min(k, n +
+// block): the k best of a union are among the k best of each part, so after every block has been merged,
+// in any order, the picks equal select_topk's over all keys in global order, element for element
+// (tests/unit/dsa_test.cpp, DsaRunningTopk). `stable` false: the candidates ranked by at::topk, which
+// leaves ties to arrival order (the dsa_buffer_order control on ring; never the real path).
+struct RunningTopk {
+  at::Tensor scores;  // [B, Sq, n] compute dtype, -inf for invisible keys; undefined before the first block
+  at::Tensor index;   // int64 [B, Sq, n]: each candidate's global key index
+  at::Tensor rows;    // [B, Sq, n, d]: each candidate's row of block_rows (when the merges pass them)
+};
+// block_scores [B, Sq, Sb] (not differentiated), block_visible bool [B, Sq, Sb], block_index int64 [Sb]:
+// the block's keys' global indices (unique across blocks). block_rows [B, Sb, d] (optional, every merge
+// or none): a row per key that the kept candidates carry along (the ring's index keys, dsa_ring.hpp).
+void merge_topk(RunningTopk& top, const at::Tensor& block_scores, const at::Tensor& block_visible,
+                const at::Tensor& block_index, int64_t k, bool stable = true, const at::Tensor& block_rows = {});
+// The picks of a finished running top-k: its indices, -1 where the score is -inf (select_topk's form).
+[[nodiscard]] at::Tensor running_picks(const RunningTopk& top);
 
 struct SparseMla {
   at::Tensor out;     // [B, H, Sq, dv], q's dtype
@@ -49,6 +74,11 @@ struct SparseMla {
 // Differentiable in q, latent and w_up. A row with no pick gives 0.
 [[nodiscard]] SparseMla sparse_mla(const at::Tensor& q, const at::Tensor& latent, const at::Tensor& w_up,
                                    const at::Tensor& picks, int64_t qk_nope_head_dim, double scale);
+// The same over the picked latents already collected per query, rows [B, Sq, K, r + dr] (row j of query t
+// is the latent of picks[t, j]; any value where the pick is -1): what sparse_mla computes after its
+// gather, and what the ring path (dsa_ring.hpp) calls with the rows it collected as their blocks passed.
+[[nodiscard]] SparseMla sparse_mla_rows(const at::Tensor& q, const at::Tensor& rows, const at::Tensor& w_up,
+                                        const at::Tensor& picks, int64_t qk_nope_head_dim, double scale);
 
 // The main attention's logits of every (query, key) pair, [B, H, Sq, Sk] compute dtype, no gradient
 // (the dense stage's target).

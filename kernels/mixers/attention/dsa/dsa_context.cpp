@@ -68,6 +68,22 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
     keys = all.index_select(1, ctx->order);
   }
   ctx->visible = build_mask(in.mask, local, keys);
+  if (!in.strategy.empty()) ctx->transport = in.strategy;  // attention's strategy: the case's transport
+  if (ctx->transport == "ring") {  // the ring passes' map and byte counts (dsa_ring.hpp, dsa_costs.hpp)
+    kernels::dsa::DsaRing& g = ctx->ring;
+    g.comm = *in.comm;
+    g.local_tokens = S;
+    g.nvtx = in.nvtx;
+    const at::Tensor columns = at::arange(W * S, at::TensorOptions().dtype(at::kLong).device(all.pos.device()));
+    // order[g] = the rank-order column of global key g; key_global is its inverse (identity: rank order kept).
+    g.key_column = ctx->order.defined() ? ctx->order : columns;
+    g.key_global = at::empty_like(columns).index_put_({g.key_column}, columns);
+    const DsaStepContext& c = *ctx;
+    const int64_t e = c.element_size;
+    g.score_bytes = c.two_rounds() ? dsa_costs::ring_score_bytes(c.dims, W, c.batch, S, e) : 0;
+    g.collect_bytes = dsa_costs::forward_bytes(c.dims, W, c.batch, S, e) - g.score_bytes;
+    g.return_bytes = dsa_costs::backward_bytes(c.dims, W, c.batch, S, e);
+  }
   ctx->row_valid = valid_of(local);
   // The sequence's valid rows (every rank counts the same from the gathered metadata); the control counts
   // this rank's own: the KL averaged per rank.
@@ -85,6 +101,13 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local, bool shared) con
            shared ? " (a shared indexer layer)" : "", ", the formula says ", dsa_costs::wire_elements_per_token(dims, shared));
   const int64_t fwd = dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size, shared);
   const int64_t bwd = dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size, shared);
+  if (transport == "ring") {  // every row, in global order, collected as the blocks pass
+    CP_CHECK(!shared, "model.attention.dsa.indexer_types: a shared layer on ring (refused before ranks start; rank ",
+             rank, ")");
+    const at::Tensor all = at::arange(world * local_tokens, ring.key_global.options());
+    if (bytes_sent) *bytes_sent += bytes_per_layer();
+    return kernels::dsa::ring_collect(ring, local.contiguous(), all.unsqueeze(0).expand({batch, world * local_tokens}));
+  }
   // The all-gather reports its forward, then (in the backward) its reduce-scatter: each against its formula.
   auto calls = std::make_shared<int>(0);
   comm::AllToAllObserver observer{nvtx, {}};
@@ -106,6 +129,31 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local, bool shared) con
   return order.defined() ? keys.index_select(1, order) : keys;
 }
 
+bool DsaStepContext::two_rounds() const { return transport == "ring" && config.loss == DsaLoss::sparse && world > 1; }
+
+kernels::dsa::RingPicks DsaStepContext::ring_picks(const at::Tensor& q_idx, const at::Tensor& w,
+                                                   const at::Tensor& k_local) const {
+  CP_CHECK(two_rounds(), "model.attention.dsa: the two ring rounds run on ring's sparse stage only (", transport,
+           ", loss ", to_string(config.loss), ", W = ", world, ")");
+  return kernels::dsa::ring_topk(ring, k_local.detach().contiguous(), q_idx.detach(), w.detach(), visible,
+                                 config.scoring_relu, config.topk, fault != kDsaFaultBufferOrder);
+}
+
+at::Tensor DsaStepContext::ring_rows(const at::Tensor& local, const kernels::dsa::RingPicks& picked) const {
+  const at::Tensor& picks = picked.picks;
+  CP_CHECK(local.dim() == 3 && local.size(0) == batch && local.size(1) == local_tokens &&
+               local.size(2) == dsa_costs::wire_elements_per_token(dims) && picks.dim() == 3 &&
+               picks.size(0) == batch && picks.size(1) == local_tokens,
+           "model.attention.dsa (ring): key side ", shape_str(local.sizes()), " must be [", batch, ", ", local_tokens,
+           ", ", dsa_costs::wire_elements_per_token(dims), "], picks ", shape_str(picks.sizes()), " [B, S, K] (rank ",
+           rank, ")");
+  const int64_t K = picks.size(2);
+  if (bytes_sent) *bytes_sent += bytes_per_layer();
+  const at::Tensor known = picked.rows.reshape({batch, local_tokens * K, picked.rows.size(3)});
+  return kernels::dsa::ring_collect(ring, local.contiguous(), picks.reshape({batch, local_tokens * K}), known)
+      .view({batch, local_tokens, K, local.size(2)});
+}
+
 void DsaStepContext::add_loss(const at::Tensor& layer_loss) { aux = aux.defined() ? aux + layer_loss : layer_loss; }
 
 void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
@@ -121,7 +169,7 @@ void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
 
 at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
 
-int64_t DsaStepContext::bytes_per_layer() const {
+int64_t DsaStepContext::bytes_per_layer() const {  // allgather's and ring's alike (dsa_costs.hpp)
   return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
          dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
 }
@@ -143,15 +191,18 @@ DsaStepContext& dsa_context(const LayerStep& step) {
   return *ctx;
 }
 
-std::vector<std::string> dsa_transports() { return {"allgather"}; }
+std::vector<std::string> dsa_transports() { return {"allgather", "ring"}; }
 
 std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport, const MaskSpec& mask,
                                    bool sdpa_hook) {
   if (!config.dsa.enabled()) return "";
   const auto t = dsa_transports();
   if (std::find(t.begin(), t.end(), transport) == t.end())
-    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather only (the key side "
-                       "gathered in global order; ring / a2a / hybrid do not carry it yet)";
+    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather and ring (the key "
+                       "side gathered in global order, or passed in blocks; a2a / hybrid do not carry it yet)";
+  if (transport == "ring" && config.dsa.shared_layers() > 0)
+    return "ring: model.attention.dsa.indexer_types with shared layers runs on allgather only (a shared layer's "
+           "latent-only pass on ring is not written yet)";
   if (config.sinks != 0) return "model.attention.dsa does not take learned sinks (model.attention.sinks)";
   if (sdpa_hook) return "model.attention.dsa runs on the transport routing only (not through the SDPA hook)";
   if (mask.kind != MaskSpec::Kind::causal && mask.kind != MaskSpec::Kind::document)

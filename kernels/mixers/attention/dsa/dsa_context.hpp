@@ -11,6 +11,10 @@
 // (every rank knows it from the gathered metadata): the CP ranks' losses then sum to the single rank's.
 // Bytes are checked against dsa_costs.hpp every call, forward and backward.
 //
+// On ring (dsa_ring.hpp) no rank holds every key: the sparse stage picks in two rounds (ring_topk, then
+// ring_collect of the picked rows), the dense stage collects every row by the ring (gather_keys). The
+// picks are the same global key indices as allgather's, so everything after them is one code.
+//
 // One rank (the reference): the same context with no communicator; keys are the batch's own.
 #include <ATen/ATen.h>
 
@@ -20,6 +24,7 @@
 
 #include "kernels/mixers/attention/attention_config.hpp"
 #include "kernels/mixers/attention/dsa/dsa_costs.hpp"
+#include "kernels/mixers/attention/dsa/dsa_ring.hpp"
 #include "kernels/mixers/mixer.hpp"
 
 namespace cpbench {
@@ -40,6 +45,8 @@ struct DsaStepContext final : MixerStepContext {
   int64_t batch = 0, local_tokens = 0;  // B, S (this rank's)
   int64_t element_size = 8;             // bytes per activation element (the step's dtype)
   std::string fault;                    // "" or one of the kDsaFault* above
+  std::string transport = "allgather";  // one of dsa_transports(): how the key side travels
+  kernels::dsa::DsaRing ring;           // ring: what its passes need (key_global: this rank's map)
   // int64 [W*S]: the rank-order columns of the gathered keys in global order; undefined: keep rank order
   // (W = 1, or the dsa_buffer_order control).
   at::Tensor order;
@@ -57,7 +64,17 @@ struct DsaStepContext final : MixerStepContext {
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
   // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes (n: a full
   // layer's latent and index key, a shared layer's latent only).
+  // On ring: every row collected by the ring (dsa_ring.hpp), the same columns and gradient (full layers).
   [[nodiscard]] at::Tensor gather_keys(const at::Tensor& local, bool shared = false) const;
+  // Ring's sparse stage under CP: the picks by two rounds instead of gathering the keys (the layer asks).
+  [[nodiscard]] bool two_rounds() const;
+  // Round 1: the picks [B, S, K] (global key columns, -1 none) of this rank's queries and their index keys,
+  // from every rank's index keys k_local [B, S, d_I]; q_idx, w as index_scores takes them (not differentiated).
+  [[nodiscard]] kernels::dsa::RingPicks ring_picks(const at::Tensor& q_idx, const at::Tensor& w,
+                                                   const at::Tensor& k_local) const;
+  // Round 2: the key side's rows [B, S, K, n] of the picks (the latent collected by the ring, the index keys
+  // round 1's), differentiable in `local` [B, S, n].
+  [[nodiscard]] at::Tensor ring_rows(const at::Tensor& local, const kernels::dsa::RingPicks& picked) const;
   void add_loss(const at::Tensor& layer_loss);
   // Records a layer's picks [B, S, K] (columns in the layer's key order, -1 none) for key_picks.
   void add_picks(const at::Tensor& layer_picks);
@@ -65,7 +82,7 @@ struct DsaStepContext final : MixerStepContext {
   [[nodiscard]] at::Tensor key_picks() const override;
   [[nodiscard]] int64_t bytes_per_layer() const override;  // a full layer's
   [[nodiscard]] int64_t bytes_of_layers(int64_t layers) const override;  // the shared layers send less
-  [[nodiscard]] std::string strategy_name() const override { return "allgather (DSA)"; }
+  [[nodiscard]] std::string strategy_name() const override { return transport + " (DSA)"; }
 };
 
 // The step's contexts (the attention mixer's single_rank_context / cp_context call these).
@@ -79,7 +96,7 @@ struct DsaStepContext final : MixerStepContext {
 [[nodiscard]] DsaStepContext& dsa_context(const LayerStep& step);
 
 // "" when a case can run DSA layers; else the one-line reason naming the key (admission asks it before
-// any rank starts): the transport that carries DSA (allgather), the masks its top-k takes (causal,
+// any rank starts): the transports that carry DSA (allgather, ring), the masks its top-k takes (causal,
 // document), the transport routing, no learned sinks.
 [[nodiscard]] std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport,
                                                  const MaskSpec& mask, bool sdpa_hook);

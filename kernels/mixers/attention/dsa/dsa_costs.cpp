@@ -18,6 +18,10 @@ int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t loca
   return forward_bytes(d, cp, batch, local_tokens, std::max<int64_t>(4, element_size), shared);
 }
 
+int64_t ring_score_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size) {
+  return (cp - 1) * batch * local_tokens * d.index_head_dim * element_size;
+}
+
 double indexer_flops(const DsaDims& d, double keys) {
   return 2.0 * static_cast<double>(d.index_heads * (d.index_head_dim + 1)) * keys;
 }

@@ -22,6 +22,12 @@
 // d_I: 704 values at DeepSeek-V3.2's dims (against 40 960 for its expanded K and V). Per call a rank sends
 // (W - 1) * B * S * (r + dr + d_I) values forward in the input dtype and the same count of gradient values
 // backward in the accumulation dtype (max(4, element size) bytes).
+//
+// Wire on ring (dsa_ring.hpp; each pass W - 1 hops of this rank's [B, S, .] block, so per rank the count an
+// all-gather sends): the sparse stage's round 1 passes the index keys (d_I per token, the kept candidates
+// carrying their rows), round 2 the latent (r + dr); the dense stage passes the whole key side once. Either
+// way each key-side value crosses each link once: forward_bytes / backward_bytes as allgather's (704 values
+// per token at DeepSeek-V3.2's dims), round 1's part of the forward ring_score_bytes.
 #include <cstdint>
 
 #include "kernels/attention/mla_dims.hpp"
@@ -44,6 +50,10 @@ struct DsaDims {
                                     bool shared = false);
 [[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
                                      int64_t element_size, bool shared = false);
+// Ring's sparse stage: the bytes of round 1 (the index keys), (W-1) B S d_I e; round 2 sends the rest of
+// forward_bytes.
+[[nodiscard]] int64_t ring_score_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
+                                       int64_t element_size);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

@@ -44,6 +44,12 @@ class DsaIndexer {
   struct Picked {
     at::Tensor latent, scores, picks;
   };
+  // The indexer's projections of hi: q_I [B, S, H_I, d_I] and k_I [B, S, d_I] (RoPE'd), the head weights w
+  // [B, S, H_I] in the score dtype.
+  struct Projected {
+    at::Tensor q_idx, k_idx, w;
+  };
+  [[nodiscard]] Projected project(const at::Tensor& hi, const std::function<at::Tensor(const at::Tensor&)>& rope) const;
   [[nodiscard]] Picked pick(const at::Tensor& hi, const at::Tensor& latent,
                             const std::function<at::Tensor(const at::Tensor&)>& rope, const DsaStepContext& ctx) const;
 
