@@ -7,6 +7,7 @@
 #include "harness/planner/mixer_cost.hpp"
 #include "harness/planner/mla_wire_price.hpp"
 #include "harness/planner/plan.hpp"
+#include "harness/planner/step/pytorch_cp.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 #include "kernels/mixers/mixer.hpp"
@@ -131,6 +132,38 @@ std::map<std::string, KindPrice> price_attention(const PlanRequest& r, const Lay
   return best;
 }
 
+// PyTorch's context_parallel (pytorch_cp.hpp) on the layout's cases: the layout's FLOPs per rank, the
+// stack's time and bytes.
+std::map<std::string, KindPrice> price_pytorch_cp(const PlanRequest& r, const LayerKind& kind, int64_t tp, int64_t cp) {
+  const ModelShape& m = r.model;
+  PlanRequest k = sub_request(r, one_layer(m, tp), tp, cp, kind.mask);
+  if (k.sharders.empty()) k.sharders = {"load_balanced"};
+  if (k.transports.empty()) k.transports = {"allgather"};
+  const Plan p = plan_layouts(k);
+  std::map<std::string, KindPrice> best;
+  for (const auto& c : p.cases) {
+    TorchCpQuery q;
+    q.cp = cp;
+    q.local_tokens = c.local_tokens;
+    q.heads = q.kv_heads = k.model.heads;  // K/V expanded to the query's heads before SDPA (repeat_kv)
+    q.head_dim = m.head_dim;
+    q.elem_bytes = dtype_size(r.dtype);
+    q.ring_rotate = c.transport == "ring";
+    const TorchCpLayer t = pytorch_cp_layer(k.cluster, q);
+    KindPrice kp;
+    kp.transport = c.transport, kp.label = "pytorch-" + c.transport;
+    kp.step_s = t.step_s();
+    kp.compute_s = t.compute_s();
+    kp.fwd_compute_s = t.fwd_compute_s();
+    kp.bytes = t.bytes;
+    kp.fwd_flops = c.attention_flops_per_rank.empty()
+                       ? 0.0
+                       : *std::max_element(c.attention_flops_per_rank.begin(), c.attention_flops_per_rank.end());
+    keep_best(best, c.sharder, kp);
+  }
+  return best;
+}
+
 std::map<std::string, KindPrice> price_mixer(const PlanRequest& r, const LayerKind& kind, int64_t tp, int64_t cp) {
   const ModelShape& m = r.model;
   ModelShape k;
@@ -180,14 +213,31 @@ std::vector<LayerKind> layer_kinds(const PlanRequest& r) {
   return out;
 }
 
-AttentionPricer::AttentionPricer(const PlanRequest& request) : request_(request), kinds_(layer_kinds(request)) {}
+AttentionPricer::AttentionPricer(const PlanRequest& request, Stack stack)
+    : request_(request), stack_(stack), kinds_(layer_kinds(request)) {
+  if (stack_ != Stack::pytorch_cp) return;
+  for (const auto& k : kinds_)
+    CP_CHECK_USAGE(k.kind == "full_attention", "--stack pytorch-cp: PyTorch's context_parallel is priced for full ",
+                   "causal attention only; model '", request.model.name, "' has ", k.layers, " ", k.kind, " layers");
+  CP_CHECK_USAGE(request.mask == "causal" && request.doc_lens.empty(), "--stack pytorch-cp: its load-balanced ",
+                 "context_parallel needs one causal mask over the row (is_causal), not --mask ", request.mask,
+                 request.doc_lens.empty() ? "" : " with documents");
+  for (const auto& s : request.sharders)
+    CP_CHECK_USAGE(s == "load_balanced", "--sharders ", s, ": --stack pytorch-cp shards round-robin (head-tail) only: ",
+                   "load_balanced");
+  for (const auto& t : request.transports)
+    CP_CHECK_USAGE(t == "allgather" || t == "ring", "--transports ", t, ": --stack pytorch-cp rotates K/V by ",
+                   "allgather (its default) or ring (the all-to-all rotate) only");
+}
 
 const LayoutPrices& AttentionPricer::at(int64_t tp, int64_t cp) {
   const auto key = std::make_pair(tp, cp);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   std::vector<std::map<std::string, KindPrice>> per_kind;
   for (const auto& k : kinds_)
-    per_kind.push_back(k.mixer == kDefaultMixer ? price_attention(request_, k, tp, cp) : price_mixer(request_, k, tp, cp));
+    per_kind.push_back(k.mixer != kDefaultMixer                       ? price_mixer(request_, k, tp, cp)
+                       : stack_ == Stack::pytorch_cp && cp > 1 ? price_pytorch_cp(request_, k, tp, cp)
+                                                                  : price_attention(request_, k, tp, cp));
   LayoutPrices out;
   if (!per_kind.empty())
     for (const auto& [sharder, first] : per_kind.front()) {

@@ -8,6 +8,8 @@
 //              (a CP group spans tp x cp ranks): every layout x transport with the transports' own bytes,
 //              time and buffer formulas; MLA's two wires by price_mla_wires (mla_wire_price.hpp); a linear
 //              mixer's strategies by mixer_case (its registry terms), divided by tp (TP splits its heads)
+//   stack      --stack pytorch-cp: the full-attention kind at cp > 1 by pytorch_cp_layer (PyTorch's
+//              context_parallel priced term by term) instead of the transports' formulas
 //   layout     ONE sharder for the whole model: per sharder, each kind's best transport (or strategy, or
 //              wire); a sharder that cannot run some kind is not a layout of the step
 //   projections (attention kinds) 2 x params / tp FLOPs per token forward at the GEMM rate
@@ -60,12 +62,16 @@ using LayoutPrices = std::map<std::string, std::vector<KindPrice>>;
 // Prices kinds at (tp, cp) once (make_plan is the expensive part of a search) and keeps them.
 class AttentionPricer {
  public:
-  explicit AttentionPricer(const PlanRequest& request);
+  // stack pytorch_cp: the full-attention kind at cp > 1 priced as PyTorch's context_parallel
+  // (pytorch_cp.hpp) on load_balanced (its round-robin) with the allgather (or ring) rotate; a model with
+  // any other kind, a mask other than causal, or another sharder / transport is a UsageError naming the flag.
+  explicit AttentionPricer(const PlanRequest& request, Stack stack = Stack::cpbench);
   [[nodiscard]] const LayoutPrices& at(int64_t tp, int64_t cp);
   [[nodiscard]] const std::vector<LayerKind>& kinds() const { return kinds_; }
 
  private:
   PlanRequest request_;
+  Stack stack_ = Stack::cpbench;
   std::vector<LayerKind> kinds_;
   std::map<std::pair<int64_t, int64_t>, LayoutPrices> cache_;
 };

@@ -37,7 +37,8 @@ nlohmann::json step_plan_to_json(const StepPlan& plan) {
                 {"features", plan.features}};
   if (!m.source.empty()) j["model"]["source"] = m.source;
   j["workload"] = {{"seq_len", r.attention.seq_len}, {"gpus", r.gpus}, {"precision", to_string(r.precision)},
-                   {"offload", to_string(r.offload)}, {"micro_batch", r.micro_batch}};
+                   {"offload", to_string(r.offload)}, {"micro_batch", r.micro_batch},
+                   {"stack", to_string(r.stack)}};
   j["cluster"] = {{"name", cl.name},
                   {"bf16_flops", cl.bf16_flops},
                   {"fp8_flops", cl.fp8_flops},
@@ -100,6 +101,7 @@ std::string step_plan_to_table(const StepPlan& plan) {
   if (!m.source.empty()) os << " (" << m.source << ")";
   os << "\nworkload: " << r.attention.seq_len << " tokens per sequence, " << r.gpus << " GPUs, " << to_string(r.precision)
      << " GEMMs, micro-batch " << r.micro_batch << (r.offload == Offload::optimizer ? ", optimizer on the CPU" : "")
+     << (r.stack == Stack::pytorch_cp ? ", CP attention as PyTorch's context_parallel (--stack pytorch-cp)" : "")
      << "; model FLOPs " << fmt(plan.model_flops_per_token / 1e9) << " GFLOP per token\n";
   os << "cluster " << cl.name << ": " << fmt(cl.bf16_flops / 1e12) << " / " << fmt(cl.fp8_flops / 1e12)
      << " TFLOP/s bf16 / fp8 peak, " << fmt_bytes(cl.memory_bytes) << " per GPU (" << fmt_bytes(plan.cases.front().memory_budget)
