@@ -106,12 +106,12 @@ std::string step_plan_to_table(const StepPlan& plan) {
   os << "cluster " << cl.name << ": " << fmt(cl.bf16_flops / 1e12) << " / " << fmt(cl.fp8_flops / 1e12)
      << " TFLOP/s bf16 / fp8 peak, " << fmt_bytes(cl.memory_bytes) << " per GPU (" << fmt_bytes(plan.cases.front().memory_budget)
      << " usable), " << cl.gpus_per_node << " GPUs per node; " << plan.searched << " cases priced\n\n";
-  os << std::left << std::setw(5) << "rank" << std::setw(30) << "degrees" << std::setw(11) << "recompute"
+  os << std::left << std::setw(5) << "rank" << std::setw(34) << "degrees" << std::setw(11) << "recompute"
      << std::right << std::setw(11) << "tok/s/GPU" << std::setw(9) << "TFLOP/s" << std::setw(6) << "MFU" << std::setw(11)
      << "step" << std::setw(12) << "memory" << "  layout\n";
   int rank = 0;
   for (const auto& c : plan.cases) {
-    os << std::left << std::setw(5) << ++rank << std::setw(30) << degrees_text(c.parallel) << std::setw(11)
+    os << std::left << std::setw(5) << ++rank << std::setw(34) << degrees_text(c.parallel) << std::setw(11)
        << to_string(c.training.recompute) << std::right << std::setw(11) << fmt(c.tokens_per_s_per_gpu, 4) << std::setw(9)
        << fmt(c.model_tflops_per_gpu, 3) << std::setw(6) << pct(c.mfu) << std::setw(11) << fmt_time(c.step_s)
        << std::setw(12) << fmt_bytes(c.memory_per_gpu_bytes()) << "  " << layout_text(c)
