@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "harness/planner/dsa_stages.hpp"
 #include "harness/planner/layer_kinds.hpp"
 #include "harness/planner/mixer_cost.hpp"
 #include "harness/planner/mla_wire_price.hpp"
@@ -32,6 +33,10 @@ ModelShape one_layer(const ModelShape& m, int64_t tp) {
   k.attention.sinks = m.attention.sinks;
   k.source = m.source;
   if (m.attention.is_mla()) k.head_dim = (m.attention.mla.qk_head_dim() + m.attention.mla.v_head_dim) / 2;
+  if (has_dsa(m)) {  // DSA: its stages (dsa_stages.hpp) read the MLA and index dims
+    k.attention = m.attention;
+    k.attention.dsa.indexer_kinds.clear();  // one layer: a full one (shared layers are priced as full here)
+  }
   return k;
 }
 
@@ -199,7 +204,9 @@ std::vector<LayerKind> layer_kinds(const PlanRequest& r) {
   const int64_t A = m.attention_layers();
   const std::string full_mask = is_sliding_mask(r.mask) && m.sliding_window > 0 ? "causal" : r.mask;
   if (A > 0) {
-    if (m.attention.is_mla()) {
+    if (has_dsa(m)) {
+      out.push_back({"dsa", A, full_mask, 0, kDefaultMixer});  // the two stages and the key-side wire
+    } else if (m.attention.is_mla()) {
       out.push_back({"mla", A, full_mask, 0, kDefaultMixer});
     } else {
       const int64_t sliding = m.sliding_window > 0 ? m.sliding_layers : 0;
@@ -305,6 +312,13 @@ double attention_core_flops_per_token(const ModelShape& m, int64_t seq_len, cons
   }
   const double qk = m.attention.is_mla() ? static_cast<double>(m.attention.mla.qk_head_dim()) : static_cast<double>(m.head_dim);
   const double v = m.attention.is_mla() ? static_cast<double>(m.attention.mla.v_head_dim) : static_cast<double>(m.head_dim);
+  if (has_dsa(m) && spec.kind == MaskSpec::Kind::causal) {
+    // DSA: the indexer on the layers that run their own, the sparse core on every layer (dsa_costs' causal-row
+    // means), per layer.
+    const dsa_costs::DsaDims d = dsa_dims(m);
+    const double share = static_cast<double>(dsa_indexer_layers(m)) / static_cast<double>(m.attention_layers());
+    return share * dsa_costs::indexer_flops_per_token(d, seq_len) + dsa_costs::sparse_core_flops_per_token(d, seq_len);
+  }
   return 2.0 * static_cast<double>(m.heads) * (qk + v) * visible;
 }
 

@@ -2,7 +2,9 @@
 // Attention per layer kind and the linear mixers, priced per GPU (docs/planner.md, "The whole step"):
 //
 //   kinds      full_attention (the request's mask), sliding_attention (sliding_window:N on its layers),
-//              mla (every attention layer of an MLA model), and the model's linear mixer (GDN, KDA, SSM)
+//              mla (every attention layer of an MLA model), dsa (an MLA model with DeepSeek Sparse Attention:
+//              the planner's DSA cases, its indexer and sparse core per rank and its key-side wire;
+//              dsa_stages.hpp), and the model's linear mixer (GDN, KDA, SSM)
 //   core       one layer of the kind, one row, at (tp, cp): make_plan (harness/planner/plan.hpp) on a
 //              one-layer model of heads / tp and kv heads / tp, cp = W, the node's GPUs / tp as its node
 //              (a CP group spans tp x cp ranks): every layout x transport with the transports' own bytes,
@@ -83,7 +85,9 @@ class AttentionPricer {
 // Saved bytes per token of one attention layer (whole heads; the caller divides by tp).
 [[nodiscard]] double attention_activation_per_token(const ModelShape& m, Recompute recompute);
 // Forward FLOPs per token of one attention layer's core at full sequence S under `mask` (model FLOPs:
-// 2 hq (dqk + dv) x the mean visible keys per query: (S + 1) / 2 causal; the window's mean when sliding).
+// 2 hq (dqk + dv) x the mean visible keys per query: (S + 1) / 2 causal; the window's mean when sliding;
+// DSA, causal: dsa_costs' indexer per token x the share of layers with their own indexer + its sparse core
+// per token).
 [[nodiscard]] double attention_core_flops_per_token(const ModelShape& m, int64_t seq_len, const std::string& mask);
 
 }  // namespace cpbench::plan::step
