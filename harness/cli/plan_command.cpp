@@ -85,6 +85,9 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--offload", o.offload, "none (default) or optimizer (Adam on the CPU, ZeRO-Offload)");
   cmd.add_option("--recompute", o.recompute, "none, selective or full activation recompute (default: all three searched)");
   cmd.add_option("--precision", o.precision, "bf16 (default) or fp8 (FP8 GEMMs, bf16 attention)");
+  cmd.add_option("--stack", o.stack,
+                 "whose CP attention a step runs: cpbench (its transports; default) or pytorch-cp (PyTorch's "
+                 "context_parallel of torch 2.6: SDPA per CP step, eager fp32 merges; load_balanced, allgather or ring)");
   cmd.add_option("--micro-batch", o.micro_batch, "sequences per micro-batch (default 1)");
   cmd.add_option("--global-batch", o.global_batch,
                  "sequences per step (default: micro-batch x dp, x 4 pp micro-batches with pipeline parallelism)");
@@ -107,6 +110,7 @@ plan::step::StepRequest step_request_from_options(const PlanCommandOptions& o) {
   r.offload = parse_offload(o.offload);
   if (!o.recompute.empty()) r.recompute = {parse_recompute(o.recompute)};
   r.precision = parse_precision(o.precision);
+  r.stack = parse_stack(o.stack);
   r.micro_batch = o.micro_batch;
   r.global_batch = o.global_batch;
   CP_CHECK_USAGE(o.memory_gib >= 0, "--memory: expected GiB >= 0, got ", o.memory_gib);
@@ -198,7 +202,7 @@ plan::PlanRequest plan_request_from_options(const PlanCommandOptions& o, plan::C
 int run_plan_command(const PlanCommandOptions& o) {
   CP_CHECK_USAGE(o.format == "table" || o.format == "json", "--format: expected table or json, got '", o.format, "'");
   const bool step_flags = o.tp > 0 || o.pp > 0 || o.vp > 0 || o.ep > 0 || o.dp > 0 || o.zero >= 0 ||
-                          o.offload != "none" || !o.recompute.empty() || o.precision != "bf16" || o.micro_batch != 1 ||
+                          o.offload != "none" || !o.recompute.empty() || o.precision != "bf16" || o.stack != "cpbench" || o.micro_batch != 1 ||
                           o.global_batch > 0 || !o.html.empty();
   if (o.gpus > 0 || step_flags) {
     CP_CHECK_USAGE(o.gpus > 0, "--gpus: the whole-step flags (--tp, --pp, --zero, --html, ...) need --gpus N");

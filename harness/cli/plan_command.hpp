@@ -44,6 +44,7 @@ struct PlanCommandOptions {
   std::string offload = "none";   // none | optimizer
   std::string recompute;          // none | selective | full; empty: search all three
   std::string precision = "bf16";  // bf16 | fp8
+  std::string stack = "cpbench";   // cpbench | pytorch-cp: whose CP attention (docs/planner.md, "The stack")
   int64_t micro_batch = 1, global_batch = 0;
   double memory_gib = 0;          // overrides the cluster's GPU memory
   std::string html;               // write the page here

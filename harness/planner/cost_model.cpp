@@ -68,7 +68,8 @@ StreamCache::Entry StreamCache::make(const GlobalLayout& g, const std::vector<in
 }
 
 LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
-                       const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs, bool window_halo) {
+                       const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs, bool window_halo,
+                       const dsa_costs::DsaDims* dsa) {
   LayoutWork w;
   LayoutRequest req;
   req.cp = W;
@@ -106,6 +107,7 @@ LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const s
   w.P = g.padded_seq_len;
   w.s = g.local_len();
   w.pairs = mask_area::rank_areas(g, e.visible);
+  if (dsa != nullptr) w.dsa = dsa_rank_work(*dsa, g.ranks, e.visible);
   w.local_pairs = mask_area::local_block_areas(g, e.stream, mask);
   w.segments = mask_area::rank_segments(g, e.stream);
   if (kernel == Kernel::blocks) w.blocks = mask_area::nonempty_blocks(g, e.stream, mask);
@@ -262,6 +264,47 @@ PlanCase make_case(const PlanRequest& r, int64_t element_size, const LayoutWork&
   c.efficiency = c.predicted_step_s > 0 ? ideal_s / c.predicted_step_s : 1.0;
   c.max_segments = *std::max_element(w.segments.begin(), w.segments.end());
   c.peak_activation_bytes = attention_activation_bytes(m, w.s, W, e, *t, w.halo_sent, w.halo_received);
+  if (has_dsa(m) && !w.dsa.sparse.empty()) {
+    // DSA (dsa_stages.hpp): the two stages per rank replace the dense core; the key-side wire replaces
+    // the transport's K/V bytes, all exposed.
+    const dsa_costs::DsaDims d = dsa_dims(m);
+    const double Li = static_cast<double>(dsa_indexer_layers(m));
+    const double factor = train ? kStepFactor : 1.0;
+    DsaCase& x = c.dsa;
+    x.enabled = true;
+    const auto stage = [&](const std::vector<double>& v, double layers, double& max_flops, double& balance) {
+      max_flops = layers * *std::max_element(v.begin(), v.end());
+      balance = max_over_mean(v);
+      return max_flops * factor / F;
+    };
+    x.indexer_s = stage(w.dsa.indexer, Li, x.indexer_flops_max, x.indexer_balance);
+    x.sparse_s = stage(w.dsa.sparse, L, x.sparse_flops_max, x.sparse_balance);
+    const int64_t fwd = dsa_costs::forward_bytes(d, W, 1, w.s, e), bwd = dsa_costs::backward_bytes(d, W, 1, w.s, e);
+    x.wire_bytes = L * static_cast<double>(train ? fwd + bwd : fwd);
+    x.wire_s = W > 1 ? L * ((train ? 2.0 : 1.0) * static_cast<double>(W - 1) * in.latency_s +
+                            static_cast<double>(train ? fwd + bwd : fwd) / in.bandwidth)
+                     : 0.0;
+    x.step_s = x.indexer_s + x.sparse_s + x.wire_s;
+    std::vector<double> total(w.dsa.sparse.size());
+    double sum = 0;
+    for (size_t i = 0; i < total.size(); ++i) {
+      total[i] = Li * w.dsa.indexer[i] + L * w.dsa.sparse[i];
+      sum += total[i];
+    }
+    c.attention_flops_per_rank = total;
+    c.imbalance = c.compute_imbalance = max_over_mean(total);
+    c.bytes_per_rank = static_cast<int64_t>(x.wire_bytes);
+    c.transfer_s = c.exposed_comm_s = x.wire_s;
+    c.compute_s = x.indexer_s + x.sparse_s;
+    c.predicted_step_s = c.attention_step_s = x.step_s;
+    c.ideal_s = sum / static_cast<double>(W) * factor / F;
+    c.efficiency = c.predicted_step_s > 0 ? c.ideal_s / c.predicted_step_s : 1.0;
+    // Memory: what each layer keeps, plus the gathered key side every layer keeps for its backward and the
+    // fp32 gradient buffer (the wire's sizes), not the transport's expanded K/V.
+    c.peak_activation_bytes = m.attention_layers() * layer_activation_bytes(m, w.s, e) +
+                              (W > 1 ? m.attention_layers() * fwd + bwd * W / (W - 1) : 0);
+    c.fits_memory = r.cluster.memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= r.cluster.memory_bytes;
+  }
   c.fits_memory = r.cluster.memory_bytes <= 0 || static_cast<double>(c.peak_activation_bytes) <= r.cluster.memory_bytes;
   return c;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/planner/dsa_stages.hpp"
 #include "harness/planner/kernel_model.hpp"
 #include "harness/planner/plan_types.hpp"
 #include "kernels/transports/transport.hpp"
@@ -33,6 +34,8 @@ struct LayoutWork {
   // A sliding-window mask's halo (kernels/transports/window_halo.hpp; with window_halo): the most tokens a
   // rank sends / receives and the most ring steps it exchanges at (ring_window's CallShape). 0 otherwise.
   int64_t halo_sent = 0, halo_received = 0, halo_steps = 0;
+  // A DSA model's two stages per rank (dsa_stages.hpp; with dsa): one layer's forward FLOPs.
+  DsaRankWork dsa;
 };
 inline constexpr size_t kPricedRanks = 8;
 
@@ -69,7 +72,7 @@ class StreamCache {
 // `window_halo`: also count a sliding-window mask's halo on an unpacked layout (ring_window is planned).
 [[nodiscard]] LayoutWork layout_work(const Layout& layout, int64_t W, int64_t seq_len, const std::vector<int64_t>& docs,
                                      const MaskSpec& mask, Kernel kernel, StreamCache& cache, bool ssm_runs = false,
-                                     bool window_halo = false);
+                                     bool window_halo = false, const dsa_costs::DsaDims* dsa = nullptr);
 
 // The time one device takes for the unsharded row (one call per layer, all layers) under the request's
 // kernel model and pass: what a case's ideal_s divides by W. `row_pairs` = visible pairs of the row,

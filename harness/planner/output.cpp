@@ -79,6 +79,12 @@ nlohmann::json plan_to_json(const Plan& plan) {
     k["padded_seq_len"] = c.padded_seq_len;
     k["local_tokens"] = c.local_tokens;
     k["attention_step_s"] = c.attention_step_s;
+    if (c.dsa.enabled)
+      k["dsa"] = {{"indexer", {{"flops_per_rank_max", c.dsa.indexer_flops_max}, {"balance", c.dsa.indexer_balance},
+                               {"time_s", c.dsa.indexer_s}}},
+                  {"sparse", {{"flops_per_rank_max", c.dsa.sparse_flops_max}, {"balance", c.dsa.sparse_balance},
+                              {"time_s", c.dsa.sparse_s}}},
+                  {"wire_bytes_per_rank", c.dsa.wire_bytes}, {"wire_s", c.dsa.wire_s}, {"step_s", c.dsa.step_s}};
     if (!c.ssm.strategy.empty())
       k["ssm"] = {{"mixer", c.ssm.mixer},             {"strategy", c.ssm.strategy},
                   {"flops_per_rank", c.ssm.flops_per_rank},
@@ -169,6 +175,8 @@ std::string plan_to_table(const Plan& plan) {
       os << fmt(r.cluster.ssm_flops / 1e12) << " TFLOP/s";
   }
   os << "\n";
+  bool dsa = false;
+  for (const auto& c : plan.cases) dsa = dsa || c.dsa.enabled;
   for (int64_t W : r.cps) {
     std::vector<const PlanCase*> rows;
     for (const auto& c : plan.cases)
@@ -181,6 +189,9 @@ std::string plan_to_table(const Plan& plan) {
        << std::setw(7) << "eff" << std::setw(13) << "sent/rank";
     if (ssm)
       os << std::setw(12) << mixer + " time" << std::setw(12) << mixer + " comm" << std::setw(13) << mixer + " sent";
+    if (dsa)
+      os << std::setw(11) << "indexer" << std::setw(8) << "bal" << std::setw(11) << "sparse" << std::setw(8) << "bal"
+         << std::setw(11) << "dsa wire";
     os << std::setw(13) << "act.mem" << std::setw(10) << "segments"
        << "\n";
     for (const auto* c : rows) {
@@ -193,6 +204,10 @@ std::string plan_to_table(const Plan& plan) {
       if (ssm)
         os << std::setw(12) << fmt_time(c->ssm.step_s) << std::setw(12) << fmt_time(c->ssm.comm_s) << std::setw(13)
            << fmt_bytes(static_cast<double>(c->ssm.bytes_per_rank));
+      if (dsa)
+        os << std::setw(11) << fmt_time(c->dsa.indexer_s) << std::setw(8) << fmt_fixed(c->dsa.indexer_balance, 3)
+           << std::setw(11) << fmt_time(c->dsa.sparse_s) << std::setw(8) << fmt_fixed(c->dsa.sparse_balance, 3)
+           << std::setw(11) << fmt_time(c->dsa.wire_s);
       os << std::setw(13) << fmt_bytes(static_cast<double>(c->peak_activation_bytes)) << std::setw(10) << c->max_segments
          << (c->fits_memory ? "" : "  (does not fit)") << "\n";
     }

@@ -1,10 +1,13 @@
 #include "harness/planner/plan.hpp"
 
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
+
 #include <algorithm>
 
 #include "harness/planner/format.hpp"
 #include "harness/planner/layer_kinds.hpp"
 #include "harness/planner/mixer_cost.hpp"
+#include "kernels/mixers/attention/dsa/dsa_context.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 #include "sharders/mask_area.hpp"
@@ -142,12 +145,24 @@ Plan make_plan(const PlanRequest& request) {
     const std::string why = make_transport(t)->unsupported_reason(res.mask, at::TensorOptions().dtype(at::kFloat), 1);
     if (!why.empty()) note(t + " not planned: " + why);
   }
+  // DSA (dsa_stages.hpp): its two stages per rank on the transports that carry it.
+  const bool dsa = attention && has_dsa(m);
+  const dsa_costs::DsaDims dsa_d = dsa_dims(m);
+  if (dsa) {
+    const auto carriers = dsa_transports();
+    note("DSA (index heads " + std::to_string(dsa_d.index_heads) + " x " + std::to_string(dsa_d.index_head_dim) +
+         ", top-" + std::to_string(dsa_d.topk) + ", " + std::to_string(dsa_indexer_layers(m)) + " of " +
+         std::to_string(m.attention_layers()) + " layers with their own indexer): every case prices the indexer "
+         "and the sparse core per rank and the key-side wire (" +
+         std::to_string(dsa_costs::wire_elements_per_token(dsa_d)) + " values per token); planned on " +
+         carriers.front() + (carriers.size() > 1 ? " and the others DSA runs on" : " only (the transport DSA runs on)"));
+  }
   for (int64_t W : r.cps) {
     StreamCache cache;
     for (const auto& sharder : r.sharders) {
       const auto layout = make_layout(sharder);
-      const LayoutWork w =
-          layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, linear, window_planned);
+      const LayoutWork w = layout_work(*layout, W, r.seq_len, r.doc_lens, res.mask, r.kernel, cache, linear,
+                                       window_planned, dsa ? &dsa_d : nullptr);
       // The SSM strategies that can run this layout at W, each priced once (the same for every transport).
       std::vector<SsmCase> ssm_cases;
       for (const auto& strategy : r.ssm_strategies) {
@@ -171,6 +186,10 @@ Plan make_plan(const PlanRequest& request) {
           // The head-parallel transports split the heads: a model whose heads do not split is not planned.
           const double ideal = total_time / static_cast<double>(W);
           PlanCase base;
+          if (dsa) {
+            const auto carriers = dsa_transports();
+            if (std::find(carriers.begin(), carriers.end(), transport) == carriers.end()) continue;
+          }
           if (attention) {
             const auto t = make_transport(transport, TransportOptions{u});
             if (!t->unsupported_reason(res.mask, at::TensorOptions().dtype(at::kFloat), W).empty()) continue;
@@ -217,7 +236,7 @@ Plan make_plan(const PlanRequest& request) {
       break;
     }
   rank_and_recommend(plan);
-  plan.per_kind = plan_layer_kinds(plan);
+  if (!dsa) plan.per_kind = plan_layer_kinds(plan);
   if (!plan.per_kind.empty())
     plan.notes.push_back(m.attention.is_mla()
                              ? "MLA: the cases above price its layers as plain attention (q/k head dim, no latent); "

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/planner/dsa_stages.hpp"
 #include "harness/planner/presets.hpp"
 
 namespace cpbench::plan {
@@ -75,6 +76,7 @@ struct PlanCase {
   double efficiency = 0;        // ideal_s / predicted_step_s
   int rank = 0;                 // 1 = best at its cp
   SsmCase ssm;                  // the SSM layers' part (strategy "" without SSM layers)
+  DsaCase dsa;                  // a DSA model's two stages and wire (dsa_stages.hpp); enabled false otherwise
 };
 
 struct CpRecommendation {

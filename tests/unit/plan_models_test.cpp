@@ -117,7 +117,12 @@ TEST(PlanShippedModels, EveryShippedModelIsPlannedThroughTheCliAndItsJsonHolds) 
     // Per attention layer kind (harness/planner/layer_kinds.hpp): an MLA model (DeepSeek-V3, Kimi K2; Kimi
     // Linear's MLA is read as plain attention) gets a wire, a model with sliding layers its sliding and
     // full kinds, at each W; the others have no per-kind section.
-    const bool mla = text.contains("kv_lora_rank") && text.at("model_type") != "kimi_linear";
+    // A DSA model (index_n_heads: DeepSeek-V3.2, GLM-5) plans as DSA, its stages in every case
+    // (harness/planner/dsa_stages.hpp), not as MLA on a wire.
+    const bool dsa = text.contains("index_n_heads");
+    const bool mla = text.contains("kv_lora_rank") && text.at("model_type") != "kimi_linear" && !dsa;
+    if (dsa)
+      for (const auto& c : train["cases"]) EXPECT_TRUE(c.contains("dsa")) << c.dump().substr(0, 200);
     bool sliding = false;
     if (text.contains("layer_types"))
       for (const auto& t : text["layer_types"]) sliding = sliding || t == "sliding_attention";

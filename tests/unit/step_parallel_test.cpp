@@ -2,6 +2,8 @@
 // model's and cluster's constraints, and bad input as one line naming the flag, exit status 2.
 #include "harness/planner/step/parallel.hpp"
 
+#include <set>
+
 #include "tests/unit/plan_test_util.hpp"
 #include "tests/unit/step_test_util.hpp"
 
@@ -34,6 +36,27 @@ TEST(StepParallel, EnumerationHonoursTheConstraints) {
   EXPECT_EQ(group_bandwidth(cluster_preset("h100-ib400"), span(p, Dim::tp)), 400e9);
   EXPECT_EQ(group_bandwidth(cluster_preset("h100-ib400"), span(p, Dim::cp)), 50e9);
   EXPECT_EQ(group_bandwidth(cluster_preset("gb200"), span(p, Dim::dp)), 750e9);  // NVL72: 64 ranks in one domain
+}
+
+TEST(StepParallel, VirtualStagesAreSearchedWhenNotGiven) {
+  // Llama 3 8B (32 layers) on 16 GPUs at pp 4: vp 1, 2, 4, 8 (32 / (4 vp) whole); pp 1: vp 1 only.
+  StepRequest r;
+  r.attention.model = model_preset("llama3-8b");
+  r.attention.seq_len = 8192;
+  r.attention.cluster = cluster_preset("h100-nvlink");
+  r.gpus = 16, r.tp = 1, r.zero = 3;
+  r.attention.cps = {1};
+  std::set<int64_t> at_pp4, at_pp1;
+  for (const auto& p : enumerate_parallel(r)) {
+    EXPECT_EQ(32 % (p.pp * p.vp), 0);
+    if (p.pp == 4) at_pp4.insert(p.vp);
+    if (p.pp == 1) at_pp1.insert(p.vp);
+  }
+  EXPECT_EQ(at_pp4, (std::set<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(at_pp1, (std::set<int64_t>{1}));
+  // --vp given: that one only.
+  r.vp = 2;
+  for (const auto& p : enumerate_parallel(r)) EXPECT_EQ(p.vp, 2);
 }
 
 TEST(StepParallel, BadDegreesAreOneLineNamingTheFlag) {

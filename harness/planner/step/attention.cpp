@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "harness/planner/dsa_stages.hpp"
 #include "harness/planner/layer_kinds.hpp"
 #include "harness/planner/mixer_cost.hpp"
 #include "harness/planner/mla_wire_price.hpp"
 #include "harness/planner/plan.hpp"
+#include "harness/planner/step/pytorch_cp.hpp"
 #include "kernels/transports/transport.hpp"
 #include "sharders/core/check.hpp"
 #include "kernels/mixers/mixer.hpp"
@@ -31,6 +33,10 @@ ModelShape one_layer(const ModelShape& m, int64_t tp) {
   k.attention.sinks = m.attention.sinks;
   k.source = m.source;
   if (m.attention.is_mla()) k.head_dim = (m.attention.mla.qk_head_dim() + m.attention.mla.v_head_dim) / 2;
+  if (has_dsa(m)) {  // DSA: its stages (dsa_stages.hpp) read the MLA and index dims
+    k.attention = m.attention;
+    k.attention.dsa.indexer_kinds.clear();  // one layer: a full one (shared layers are priced as full here)
+  }
   return k;
 }
 
@@ -131,6 +137,38 @@ std::map<std::string, KindPrice> price_attention(const PlanRequest& r, const Lay
   return best;
 }
 
+// PyTorch's context_parallel (pytorch_cp.hpp) on the layout's cases: the layout's FLOPs per rank, the
+// stack's time and bytes.
+std::map<std::string, KindPrice> price_pytorch_cp(const PlanRequest& r, const LayerKind& kind, int64_t tp, int64_t cp) {
+  const ModelShape& m = r.model;
+  PlanRequest k = sub_request(r, one_layer(m, tp), tp, cp, kind.mask);
+  if (k.sharders.empty()) k.sharders = {"load_balanced"};
+  if (k.transports.empty()) k.transports = {"allgather"};
+  const Plan p = plan_layouts(k);
+  std::map<std::string, KindPrice> best;
+  for (const auto& c : p.cases) {
+    TorchCpQuery q;
+    q.cp = cp;
+    q.local_tokens = c.local_tokens;
+    q.heads = q.kv_heads = k.model.heads;  // K/V expanded to the query's heads before SDPA (repeat_kv)
+    q.head_dim = m.head_dim;
+    q.elem_bytes = dtype_size(r.dtype);
+    q.ring_rotate = c.transport == "ring";
+    const TorchCpLayer t = pytorch_cp_layer(k.cluster, q);
+    KindPrice kp;
+    kp.transport = c.transport, kp.label = "pytorch-" + c.transport;
+    kp.step_s = t.step_s();
+    kp.compute_s = t.compute_s();
+    kp.fwd_compute_s = t.fwd_compute_s();
+    kp.bytes = t.bytes;
+    kp.fwd_flops = c.attention_flops_per_rank.empty()
+                       ? 0.0
+                       : *std::max_element(c.attention_flops_per_rank.begin(), c.attention_flops_per_rank.end());
+    keep_best(best, c.sharder, kp);
+  }
+  return best;
+}
+
 std::map<std::string, KindPrice> price_mixer(const PlanRequest& r, const LayerKind& kind, int64_t tp, int64_t cp) {
   const ModelShape& m = r.model;
   ModelShape k;
@@ -166,7 +204,9 @@ std::vector<LayerKind> layer_kinds(const PlanRequest& r) {
   const int64_t A = m.attention_layers();
   const std::string full_mask = is_sliding_mask(r.mask) && m.sliding_window > 0 ? "causal" : r.mask;
   if (A > 0) {
-    if (m.attention.is_mla()) {
+    if (has_dsa(m)) {
+      out.push_back({"dsa", A, full_mask, 0, kDefaultMixer});  // the two stages and the key-side wire
+    } else if (m.attention.is_mla()) {
       out.push_back({"mla", A, full_mask, 0, kDefaultMixer});
     } else {
       const int64_t sliding = m.sliding_window > 0 ? m.sliding_layers : 0;
@@ -180,14 +220,31 @@ std::vector<LayerKind> layer_kinds(const PlanRequest& r) {
   return out;
 }
 
-AttentionPricer::AttentionPricer(const PlanRequest& request) : request_(request), kinds_(layer_kinds(request)) {}
+AttentionPricer::AttentionPricer(const PlanRequest& request, Stack stack)
+    : request_(request), stack_(stack), kinds_(layer_kinds(request)) {
+  if (stack_ != Stack::pytorch_cp) return;
+  for (const auto& k : kinds_)
+    CP_CHECK_USAGE(k.kind == "full_attention", "--stack pytorch-cp: PyTorch's context_parallel is priced for full ",
+                   "causal attention only; model '", request.model.name, "' has ", k.layers, " ", k.kind, " layers");
+  CP_CHECK_USAGE(request.mask == "causal" && request.doc_lens.empty(), "--stack pytorch-cp: its load-balanced ",
+                 "context_parallel needs one causal mask over the row (is_causal), not --mask ", request.mask,
+                 request.doc_lens.empty() ? "" : " with documents");
+  for (const auto& s : request.sharders)
+    CP_CHECK_USAGE(s == "load_balanced", "--sharders ", s, ": --stack pytorch-cp shards round-robin (head-tail) only: ",
+                   "load_balanced");
+  for (const auto& t : request.transports)
+    CP_CHECK_USAGE(t == "allgather" || t == "ring", "--transports ", t, ": --stack pytorch-cp rotates K/V by ",
+                   "allgather (its default) or ring (the all-to-all rotate) only");
+}
 
 const LayoutPrices& AttentionPricer::at(int64_t tp, int64_t cp) {
   const auto key = std::make_pair(tp, cp);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   std::vector<std::map<std::string, KindPrice>> per_kind;
   for (const auto& k : kinds_)
-    per_kind.push_back(k.mixer == kDefaultMixer ? price_attention(request_, k, tp, cp) : price_mixer(request_, k, tp, cp));
+    per_kind.push_back(k.mixer != kDefaultMixer                       ? price_mixer(request_, k, tp, cp)
+                       : stack_ == Stack::pytorch_cp && cp > 1 ? price_pytorch_cp(request_, k, tp, cp)
+                                                                  : price_attention(request_, k, tp, cp));
   LayoutPrices out;
   if (!per_kind.empty())
     for (const auto& [sharder, first] : per_kind.front()) {
@@ -255,6 +312,13 @@ double attention_core_flops_per_token(const ModelShape& m, int64_t seq_len, cons
   }
   const double qk = m.attention.is_mla() ? static_cast<double>(m.attention.mla.qk_head_dim()) : static_cast<double>(m.head_dim);
   const double v = m.attention.is_mla() ? static_cast<double>(m.attention.mla.v_head_dim) : static_cast<double>(m.head_dim);
+  if (has_dsa(m) && spec.kind == MaskSpec::Kind::causal) {
+    // DSA: the indexer on the layers that run their own, the sparse core on every layer (dsa_costs' causal-row
+    // means), per layer.
+    const dsa_costs::DsaDims d = dsa_dims(m);
+    const double share = static_cast<double>(dsa_indexer_layers(m)) / static_cast<double>(m.attention_layers());
+    return share * dsa_costs::indexer_flops_per_token(d, seq_len) + dsa_costs::sparse_core_flops_per_token(d, seq_len);
+  }
   return 2.0 * static_cast<double>(m.heads) * (qk + v) * visible;
 }
 

@@ -2,12 +2,16 @@
 // Attention per layer kind and the linear mixers, priced per GPU (docs/planner.md, "The whole step"):
 //
 //   kinds      full_attention (the request's mask), sliding_attention (sliding_window:N on its layers),
-//              mla (every attention layer of an MLA model), and the model's linear mixer (GDN, KDA, SSM)
+//              mla (every attention layer of an MLA model), dsa (an MLA model with DeepSeek Sparse Attention:
+//              the planner's DSA cases, its indexer and sparse core per rank and its key-side wire;
+//              dsa_stages.hpp), and the model's linear mixer (GDN, KDA, SSM)
 //   core       one layer of the kind, one row, at (tp, cp): make_plan (harness/planner/plan.hpp) on a
 //              one-layer model of heads / tp and kv heads / tp, cp = W, the node's GPUs / tp as its node
 //              (a CP group spans tp x cp ranks): every layout x transport with the transports' own bytes,
 //              time and buffer formulas; MLA's two wires by price_mla_wires (mla_wire_price.hpp); a linear
 //              mixer's strategies by mixer_case (its registry terms), divided by tp (TP splits its heads)
+//   stack      --stack pytorch-cp: the full-attention kind at cp > 1 by pytorch_cp_layer (PyTorch's
+//              context_parallel priced term by term) instead of the transports' formulas
 //   layout     ONE sharder for the whole model: per sharder, each kind's best transport (or strategy, or
 //              wire); a sharder that cannot run some kind is not a layout of the step
 //   projections (attention kinds) 2 x params / tp FLOPs per token forward at the GEMM rate
@@ -60,12 +64,16 @@ using LayoutPrices = std::map<std::string, std::vector<KindPrice>>;
 // Prices kinds at (tp, cp) once (make_plan is the expensive part of a search) and keeps them.
 class AttentionPricer {
  public:
-  explicit AttentionPricer(const PlanRequest& request);
+  // stack pytorch_cp: the full-attention kind at cp > 1 priced as PyTorch's context_parallel
+  // (pytorch_cp.hpp) on load_balanced (its round-robin) with the allgather (or ring) rotate; a model with
+  // any other kind, a mask other than causal, or another sharder / transport is a UsageError naming the flag.
+  explicit AttentionPricer(const PlanRequest& request, Stack stack = Stack::cpbench);
   [[nodiscard]] const LayoutPrices& at(int64_t tp, int64_t cp);
   [[nodiscard]] const std::vector<LayerKind>& kinds() const { return kinds_; }
 
  private:
   PlanRequest request_;
+  Stack stack_ = Stack::cpbench;
   std::vector<LayerKind> kinds_;
   std::map<std::pair<int64_t, int64_t>, LayoutPrices> cache_;
 };
@@ -77,7 +85,9 @@ class AttentionPricer {
 // Saved bytes per token of one attention layer (whole heads; the caller divides by tp).
 [[nodiscard]] double attention_activation_per_token(const ModelShape& m, Recompute recompute);
 // Forward FLOPs per token of one attention layer's core at full sequence S under `mask` (model FLOPs:
-// 2 hq (dqk + dv) x the mean visible keys per query: (S + 1) / 2 causal; the window's mean when sliding).
+// 2 hq (dqk + dv) x the mean visible keys per query: (S + 1) / 2 causal; the window's mean when sliding;
+// DSA, causal: dsa_costs' indexer per token x the share of layers with their own indexer + its sparse core
+// per token).
 [[nodiscard]] double attention_core_flops_per_token(const ModelShape& m, int64_t seq_len, const std::string& mask);
 
 }  // namespace cpbench::plan::step

@@ -43,6 +43,11 @@ struct StepConstants {
   // workspace) and the caching allocator's reserve over the live peak, as a fraction of it.
   double memory_reserve_bytes = 1.0 * (1ull << 30);
   double allocator_overhead = 0.10;
+  // --stack pytorch-cp (pytorch_cp.hpp): the rate of context_parallel's non-local SDPA calls (CP steps
+  // 1 .. W - 1, dense) relative to what the kernel model gives the same block; the local call and every
+  // counted merge, copy and wire term are priced as counted. Fitted on torchtitan's Llama 3.1 8B FSDP 4 /
+  // CP 2 and FSDP 2 / CP 4 rows together (docs/planner.md, "The stack").
+  double pytorch_cp_remote_call_efficiency = 0.35;
   // Microbatches per step when --global-batch is not given and pp > 1: pp_microbatches_per_stage x pp.
   int pp_microbatches_per_stage = 4;
 };

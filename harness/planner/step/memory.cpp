@@ -1,5 +1,7 @@
 #include "harness/planner/step/memory.hpp"
 
+#include "harness/planner/dsa_stages.hpp"
+
 #include <algorithm>
 
 #include "harness/planner/step/embedding.hpp"
@@ -49,6 +51,18 @@ double cp_buffers(const CaseShape& s, const std::vector<LayerKind>& kinds, const
   const ModelShape& m = s.model;
   for (size_t i = 0; i < kinds.size(); ++i) {
     if (kinds[i].mixer != kDefaultMixer || s.par.cp <= 1) continue;
+    if (kinds[i].kind == "dsa") {
+      // DSA on allgather: the gathered key side (latent, rope key, index key) each layer keeps for its
+      // backward, and its fp32 gradient buffer: the sizes of dsa_costs' wire.
+      const dsa_costs::DsaDims d = dsa_dims(m);
+      const int64_t layers = std::max<int64_t>(
+          1, s.train.recompute == Recompute::full ? 1 : static_cast<int64_t>(s.stage(static_cast<double>(kinds[i].layers))));
+      const int64_t local = s.seq_len / s.par.cp;
+      out += static_cast<double>(layers * dsa_costs::forward_bytes(d, s.par.cp, s.train.micro_batch, local, 2)) +
+             static_cast<double>(dsa_costs::backward_bytes(d, s.par.cp, s.train.micro_batch, local, 2)) *
+                 static_cast<double>(s.par.cp) / static_cast<double>(s.par.cp - 1);
+      continue;
+    }
     const auto t = make_transport(prices[i].transport, TransportOptions{prices[i].ulysses});
     ActivationShape a;
     a.cp = s.par.cp;

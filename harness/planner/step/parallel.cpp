@@ -84,22 +84,30 @@ std::vector<Parallel> enumerate_parallel(const StepRequest& r) {
     if ((r.tp > 0 && tp != r.tp) || !tp_fits(m, c, tp)) continue;
     for (int64_t pp : divisors(r.gpus / tp)) {
       if (r.pp > 0 && pp != r.pp) continue;
-      const int64_t vp = r.vp > 0 ? r.vp : 1;
-      if (m.layers % (pp * vp) != 0 || (vp > 1 && pp == 1)) continue;
-      for (int64_t cp : cps) {
-        if ((r.gpus / tp / pp) % cp != 0) continue;
-        const int64_t dp = r.gpus / tp / pp / cp;
-        if (r.dp > 0 && dp != r.dp) continue;
-        std::vector<int64_t> eps{1};
-        if (m.experts > 0) {
-          eps.clear();
-          for (int64_t ep : divisors(dp * cp))
-            if (m.experts % ep == 0 && (r.ep <= 0 || ep == r.ep)) eps.push_back(ep);
-        } else if (r.ep > 1) {
-          eps.clear();
+      // --vp given: that; else interleaving is searched with pp > 1: every vp whose pp x vp divides the layers.
+      std::vector<int64_t> vps;
+      if (r.vp > 0) {
+        if (m.layers % (pp * r.vp) == 0 && (r.vp == 1 || pp > 1)) vps.push_back(r.vp);
+      } else {
+        for (int64_t vp = 1; vp == 1 || (pp > 1 && pp * vp <= m.layers); ++vp)
+          if (m.layers % (pp * vp) == 0) vps.push_back(vp);
+      }
+      for (int64_t vp : vps) {
+        for (int64_t cp : cps) {
+          if ((r.gpus / tp / pp) % cp != 0) continue;
+          const int64_t dp = r.gpus / tp / pp / cp;
+          if (r.dp > 0 && dp != r.dp) continue;
+          std::vector<int64_t> eps{1};
+          if (m.experts > 0) {
+            eps.clear();
+            for (int64_t ep : divisors(dp * cp))
+              if (m.experts % ep == 0 && (r.ep <= 0 || ep == r.ep)) eps.push_back(ep);
+          } else if (r.ep > 1) {
+            eps.clear();
+          }
+          for (int64_t ep : eps)
+            for (int64_t z : zeros) out.push_back(Parallel{tp, pp, vp, dp, cp, ep, z});
         }
-        for (int64_t ep : eps)
-          for (int64_t z : zeros) out.push_back(Parallel{tp, pp, vp, dp, cp, ep, z});
       }
     }
   }

@@ -56,7 +56,7 @@ StepPlan make_step_plan(const StepRequest& request) {
                  " heads, PP dividing ", m.layers, " layers, CP dividing the sequence)");
   const std::vector<Recompute> policies =
       r.recompute.empty() ? std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full} : r.recompute;
-  AttentionPricer pricer(r.attention);
+  AttentionPricer pricer(r.attention, r.stack);
   plan.features = features_of(r.attention);
   plan.model_flops_per_token = model_flops_per_token(r.attention, pricer.kinds());
   const ModelParams mp = model_params(m);

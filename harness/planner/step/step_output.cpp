@@ -37,7 +37,8 @@ nlohmann::json step_plan_to_json(const StepPlan& plan) {
                 {"features", plan.features}};
   if (!m.source.empty()) j["model"]["source"] = m.source;
   j["workload"] = {{"seq_len", r.attention.seq_len}, {"gpus", r.gpus}, {"precision", to_string(r.precision)},
-                   {"offload", to_string(r.offload)}, {"micro_batch", r.micro_batch}};
+                   {"offload", to_string(r.offload)}, {"micro_batch", r.micro_batch},
+                   {"stack", to_string(r.stack)}};
   j["cluster"] = {{"name", cl.name},
                   {"bf16_flops", cl.bf16_flops},
                   {"fp8_flops", cl.fp8_flops},
@@ -100,16 +101,17 @@ std::string step_plan_to_table(const StepPlan& plan) {
   if (!m.source.empty()) os << " (" << m.source << ")";
   os << "\nworkload: " << r.attention.seq_len << " tokens per sequence, " << r.gpus << " GPUs, " << to_string(r.precision)
      << " GEMMs, micro-batch " << r.micro_batch << (r.offload == Offload::optimizer ? ", optimizer on the CPU" : "")
+     << (r.stack == Stack::pytorch_cp ? ", CP attention as PyTorch's context_parallel (--stack pytorch-cp)" : "")
      << "; model FLOPs " << fmt(plan.model_flops_per_token / 1e9) << " GFLOP per token\n";
   os << "cluster " << cl.name << ": " << fmt(cl.bf16_flops / 1e12) << " / " << fmt(cl.fp8_flops / 1e12)
      << " TFLOP/s bf16 / fp8 peak, " << fmt_bytes(cl.memory_bytes) << " per GPU (" << fmt_bytes(plan.cases.front().memory_budget)
      << " usable), " << cl.gpus_per_node << " GPUs per node; " << plan.searched << " cases priced\n\n";
-  os << std::left << std::setw(5) << "rank" << std::setw(30) << "degrees" << std::setw(11) << "recompute"
+  os << std::left << std::setw(5) << "rank" << std::setw(34) << "degrees" << std::setw(11) << "recompute"
      << std::right << std::setw(11) << "tok/s/GPU" << std::setw(9) << "TFLOP/s" << std::setw(6) << "MFU" << std::setw(11)
      << "step" << std::setw(12) << "memory" << "  layout\n";
   int rank = 0;
   for (const auto& c : plan.cases) {
-    os << std::left << std::setw(5) << ++rank << std::setw(30) << degrees_text(c.parallel) << std::setw(11)
+    os << std::left << std::setw(5) << ++rank << std::setw(34) << degrees_text(c.parallel) << std::setw(11)
        << to_string(c.training.recompute) << std::right << std::setw(11) << fmt(c.tokens_per_s_per_gpu, 4) << std::setw(9)
        << fmt(c.model_tflops_per_gpu, 3) << std::setw(6) << pct(c.mfu) << std::setw(11) << fmt_time(c.step_s)
        << std::setw(12) << fmt_bytes(c.memory_per_gpu_bytes()) << "  " << layout_text(c)

@@ -24,11 +24,18 @@ Offload parse_offload(const std::string& t) {
   throw UsageError("--offload: unknown offload '" + t + "' (known: none, optimizer)");
 }
 
+Stack parse_stack(const std::string& t) {
+  if (t == "cpbench") return Stack::cpbench;
+  if (t == "pytorch-cp") return Stack::pytorch_cp;
+  throw UsageError("--stack: unknown stack '" + t + "' (known: cpbench, pytorch-cp)");
+}
+
 std::string to_string(Recompute r) {
   return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
 }
 std::string to_string(Precision p) { return p == Precision::fp8 ? "fp8" : "bf16"; }
 std::string to_string(Offload o) { return o == Offload::optimizer ? "optimizer" : "none"; }
+std::string to_string(Stack s) { return s == Stack::pytorch_cp ? "pytorch-cp" : "cpbench"; }
 
 const StepConstants& constants() {
   static const StepConstants k;

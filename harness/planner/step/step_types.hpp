@@ -28,12 +28,17 @@ namespace cpbench::plan::step {
 enum class Recompute { none, selective, full };
 enum class Precision { bf16, fp8 };
 enum class Offload { none, optimizer };
+// Whose CP attention a case runs: cpbench's transports (their own formulas and the kernel model), or
+// PyTorch's context_parallel of torch 2.6 priced term by term (pytorch_cp.hpp).
+enum class Stack { cpbench, pytorch_cp };
 [[nodiscard]] Recompute parse_recompute(const std::string& text);  // UsageError naming --recompute
 [[nodiscard]] Precision parse_precision(const std::string& text);  // UsageError naming --precision
 [[nodiscard]] Offload parse_offload(const std::string& text);      // UsageError naming --offload
+[[nodiscard]] Stack parse_stack(const std::string& text);          // UsageError naming --stack
 [[nodiscard]] std::string to_string(Recompute r);
 [[nodiscard]] std::string to_string(Precision p);
 [[nodiscard]] std::string to_string(Offload o);
+[[nodiscard]] std::string to_string(Stack s);
 
 // One way to lay out the GPUs: tp * pp * dp * cp = GPUs (rank order tp innermost, then cp, dp, pp: the
 // Megatron / torchtitan order); ep splits the experts over ep of the dp * cp ranks (it adds no GPU).
@@ -65,6 +70,7 @@ struct StepRequest {
   std::vector<Recompute> recompute;     // empty: search none, selective, full
   Precision precision = Precision::bf16;
   Offload offload = Offload::none;
+  Stack stack = Stack::cpbench;
   int64_t micro_batch = 1;
   int64_t global_batch = 0;  // sequences per step; 0: micro_batch * dp * (pp > 1 ? 4 pp : 1)
   double reserve_bytes = -1;  // < 0: constants().memory_reserve_bytes
