@@ -76,7 +76,7 @@ struct CpStepInputs {
   at::ScalarType dtype = at::kDouble;
   at::Device device = at::kCPU;
   std::string nvtx;      // "cp:<sharder>"
-  std::string strategy;  // the case's strategy for this mixer (one of strategies())
+  std::string strategy;  // the case's strategy for this mixer (one of strategies()); attention: the transport
   std::string fault;     // the case's negative control's fault for this mixer on this rank ("" = none)
 };
 

@@ -44,6 +44,11 @@ struct DsaStepContext final : MixerStepContext {
   double loss_rows = 1;   // what a layer's KL sum is divided by (the sequence's valid rows)
   at::Tensor aux;         // this rank's part of the step's indexer loss (sum over layers); undefined: none yet
   std::vector<at::Tensor> picks;  // per layer, [B, S, k]: its picks as rank-order columns (key_picks)
+  // The case's transport (CpStepInputs::strategy; "" on one rank). a2a splits the heads (dsa_heads.hpp):
+  // then visible_all is bool [B, W*S, W*S], every rank's queries (rank order) against the keys in `order`.
+  std::string transport;
+  at::Tensor visible_all;
+  [[nodiscard]] bool head_split() const { return world > 1 && transport == "a2a"; }
 
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
   // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes.
@@ -54,7 +59,7 @@ struct DsaStepContext final : MixerStepContext {
   [[nodiscard]] at::Tensor aux_loss() const override { return aux; }
   [[nodiscard]] at::Tensor key_picks() const override;
   [[nodiscard]] int64_t bytes_per_layer() const override;
-  [[nodiscard]] std::string strategy_name() const override { return "allgather (DSA)"; }
+  [[nodiscard]] std::string strategy_name() const override { return head_split() ? "a2a (DSA)" : "allgather (DSA)"; }
 };
 
 // The step's contexts (the attention mixer's single_rank_context / cp_context call these).
@@ -68,7 +73,7 @@ struct DsaStepContext final : MixerStepContext {
 [[nodiscard]] DsaStepContext& dsa_context(const LayerStep& step);
 
 // "" when a case can run DSA layers; else the one-line reason naming the key (admission asks it before
-// any rank starts): the transport that carries DSA (allgather), the masks its top-k takes (causal,
+// any rank starts): the transports that carry DSA (allgather, a2a), the masks its top-k takes (causal,
 // document), the transport routing, no learned sinks.
 [[nodiscard]] std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport,
                                                  const MaskSpec& mask, bool sdpa_hook);

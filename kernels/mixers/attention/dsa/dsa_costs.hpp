@@ -22,9 +22,29 @@
 // d_I: 704 values at DeepSeek-V3.2's dims (against 40 960 for its expanded K and V). Per call a rank sends
 // (W - 1) * B * S * (r + dr + d_I) values forward in the input dtype and the same count of gradient values
 // backward in the accumulation dtype (max(4, element size) bytes).
+//
+// Wire (the head-split path, a2a: dsa_heads.hpp): the key side all-gathered as above, plus per call the
+// all-to-alls of the query side and the index score's sums over the head group. With N = W S the sequence,
+// K = min(k, N), e the input's element size and c = max(4, e) the score dtype's (float32 / float64), a rank
+// sends, forward / backward:
+//   q            (W-1) B S (H/W) (dn + dr) e        / the same            (heads <-> tokens)
+//   q_I          (W-1) B S H_u d_I e                / the same    (H_u = ceil(H_I / W) index heads a rank)
+//   head weights (W-1) B S H_u c                    / the same
+//   score sum    (W-1) B S N c  (reduce-scatter by query rows of each rank's partial [B, N, N])
+//                                                   / dense: the same (its gradient); sparse: 0 (detached)
+//   picks        (W-1) B S K 8  (all-gather)        / 0
+//   KL target    dense (W-1) B S N c, sparse (W-1) B S K c (the heads' probability sums)  / 0
+//   picked score sparse only: (W-1) B S K c         / the same (the KL's gradient at the picks)
+//   output       (W-1) B S (H/W) dv e               / the same
+// The score sum is the price of splitting the heads: [B, N, N] per rank per layer against the key-side
+// gather's 704 values per token (at N = 128K, W = 8, bf16: 56 GiB forward against 0.15 GiB per layer per rank
+// for a row of B = 1; the transport to use for DSA at length is allgather or ring).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/attention/mla_dims.hpp"
+#include "kernels/mixers/attention/dsa/dsa_config.hpp"
 
 namespace cpbench::dsa_costs {
 
@@ -41,6 +61,18 @@ struct DsaDims {
 // Bytes one rank sends per layer call: forward (W-1) B S n e, backward (W-1) B S n max(4, e).
 [[nodiscard]] int64_t forward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
 [[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
+
+// The head-split path's exchanges of one layer call, each with what a rank sends forward and backward
+// (formulas above; the key-side gather not included). Needs H % W == 0.
+struct Exchange {
+  std::string name;
+  int64_t forward = 0, backward = 0;
+};
+[[nodiscard]] std::vector<Exchange> head_split_exchanges(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t batch,
+                                                         int64_t local_tokens, int64_t element_size);
+// The same summed, the key-side gather included: what a rank sends per layer call, forward + backward.
+[[nodiscard]] int64_t head_split_bytes(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t batch, int64_t local_tokens,
+                                       int64_t element_size);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

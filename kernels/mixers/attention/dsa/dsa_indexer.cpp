@@ -4,6 +4,7 @@
 
 #include "kernels/mixers/attention/dsa/dsa.hpp"
 #include "kernels/mixers/attention/dsa/dsa_context.hpp"
+#include "kernels/mixers/attention/dsa/dsa_heads.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -34,6 +35,8 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
   const auto cd = kernels::dsa::score_dtype(h.scalar_type());
   const at::Tensor w = at::linear(hi.to(cd), w_.to(cd)) / std::sqrt(static_cast<double>(HI));  // [B, S, H_I]
 
+  // THE dispatch by transport: a2a splits the heads (dsa_heads.hpp); allgather and one rank run below.
+  if (ctx.head_split()) return dsa_head_split_attend({q, latent, w_up, q_idx, k_idx, w}, c_, d_, ctx);
   // The key side: this rank's latent and index key, every rank's in global order.
   const at::Tensor keys = ctx.gather_keys(at::cat({latent, k_idx}, -1));
   const at::Tensor lat = keys.narrow(-1, 0, L), kig = keys.narrow(-1, L, dI);
