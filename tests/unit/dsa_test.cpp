@@ -205,8 +205,8 @@ std::string refusal(const std::string& yaml) {
 TEST(DsaCosts, HeadSplitWireAtDeepSeekV32Dims) {
   const auto d = deepseek_v32();
   const int64_t rows = int64_t{7} * 16384, n = 131072;
-  const auto dense = dsa_costs::head_split_exchanges(d, DsaLoss::dense, 8, 1, 16384, 2);
-  const auto sparse = dsa_costs::head_split_exchanges(d, DsaLoss::sparse, 8, 1, 16384, 2);
+  const auto dense = dsa_costs::head_split_exchanges(d, DsaLoss::dense, 8, 8, 1, 16384, 2);
+  const auto sparse = dsa_costs::head_split_exchanges(d, DsaLoss::sparse, 8, 8, 1, 16384, 2);
   ASSERT_EQ(dense.size(), 7U);
   ASSERT_EQ(sparse.size(), 8U);
   const auto find = [](const std::vector<dsa_costs::Exchange>& x, const std::string& name) {
@@ -231,11 +231,15 @@ TEST(DsaCosts, HeadSplitWireAtDeepSeekV32Dims) {
   // Fewer index heads than ranks: padded with zero heads, one a rank (2 heads over W = 4: 1, 1, 0, 0).
   auto two = d;
   two.index_heads = 2;
-  EXPECT_EQ(find(dsa_costs::head_split_exchanges(two, DsaLoss::dense, 4, 1, 100, 8), "q_I").forward,
+  EXPECT_EQ(find(dsa_costs::head_split_exchanges(two, DsaLoss::dense, 4, 4, 1, 100, 8), "q_I").forward,
             int64_t{3} * 100 * 1 * 128 * 8);
+  // hybrid, U = 2 of W = 8: one other group rank's block, 64 query heads a rank, every key (N = 128K).
+  const auto hybrid = dsa_costs::head_split_exchanges(d, DsaLoss::dense, 8, 2, 1, 16384, 2);
+  EXPECT_EQ(find(hybrid, "q").forward, int64_t{16384} * 64 * 192 * 2);
+  EXPECT_EQ(find(hybrid, "score sum").forward, int64_t{16384} * n * 4);
   int64_t sum = dsa_costs::forward_bytes(d, 8, 1, 16384, 2) + dsa_costs::backward_bytes(d, 8, 1, 16384, 2);
   for (const auto& e : dense) sum += e.forward + e.backward;
-  EXPECT_EQ(dsa_costs::head_split_bytes(d, DsaLoss::dense, 8, 1, 16384, 2), sum);
+  EXPECT_EQ(dsa_costs::head_split_bytes(d, DsaLoss::dense, 8, 8, 1, 16384, 2), sum);
 }
 
 TEST(DsaScenario, KeyAndItsRefusals) {
@@ -265,7 +269,8 @@ TEST(DsaScenario, KeyAndItsRefusals) {
   const MaskSpec causal = MaskSpec::parse("causal");
   EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "allgather", causal, false), "");
   EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "a2a", causal, false), "");  // the heads split (dsa_heads.hpp)
-  for (const char* t : {"ring", "hybrid"}) {
+  EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "hybrid", causal, false), "");
+  for (const char* t : {"ring"}) {
     why = dsa_unsupported_reason(s.model.attention, t, causal, false);
     EXPECT_NE(why.find("model.attention.dsa"), std::string::npos) << t << ": " << why;
   }

@@ -68,7 +68,13 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
   }
   ctx->visible = build_mask(in.mask, local, keys);
   ctx->transport = in.strategy;
-  if (ctx->head_split()) ctx->visible_all = build_mask(in.mask, all, keys);  // dsa_heads.hpp
+  if (ctx->head_split()) {  // dsa_heads.hpp: the Ulysses group's queries against every key
+    ctx->ulysses = ctx->transport == "hybrid" ? in.ulysses : W;
+    CP_CHECK(ctx->ulysses >= 1 && W % ctx->ulysses == 0, "model.attention.dsa (", ctx->transport, "): ulysses ",
+             ctx->ulysses, " does not divide W = ", W);
+    const int64_t q = ctx->ulysses * S;
+    ctx->visible_all = build_mask(in.mask, all.narrow(1, ctx->rank / ctx->ulysses * q, q), keys);
+  }
   ctx->row_valid = valid_of(local);
   // The sequence's valid rows (every rank counts the same from the gathered metadata); the control counts
   // this rank's own: the KL averaged per rank.
@@ -123,7 +129,8 @@ void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
 at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
 
 int64_t DsaStepContext::bytes_per_layer() const {
-  if (head_split()) return dsa_costs::head_split_bytes(dims, config.loss, world, batch, local_tokens, element_size);
+  if (head_split())
+    return dsa_costs::head_split_bytes(dims, config.loss, world, ulysses, batch, local_tokens, element_size);
   return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
          dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
 }
@@ -137,15 +144,15 @@ DsaStepContext& dsa_context(const LayerStep& step) {
   return *ctx;
 }
 
-std::vector<std::string> dsa_transports() { return {"allgather", "a2a"}; }
+std::vector<std::string> dsa_transports() { return {"allgather", "a2a", "hybrid"}; }
 
 std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport, const MaskSpec& mask,
                                    bool sdpa_hook) {
   if (!config.dsa.enabled()) return "";
   const auto t = dsa_transports();
   if (std::find(t.begin(), t.end(), transport) == t.end())
-    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather and a2a only (the key "
-                       "side gathered in global order; ring / hybrid do not carry it yet)";
+    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather, a2a and hybrid only "
+                       "(the key side gathered in global order; ring does not carry it yet)";
   if (config.sinks != 0) return "model.attention.dsa does not take learned sinks (model.attention.sinks)";
   if (sdpa_hook) return "model.attention.dsa runs on the transport routing only (not through the SDPA hook)";
   if (mask.kind != MaskSpec::Kind::causal && mask.kind != MaskSpec::Kind::document)

@@ -44,11 +44,13 @@ struct DsaStepContext final : MixerStepContext {
   double loss_rows = 1;   // what a layer's KL sum is divided by (the sequence's valid rows)
   at::Tensor aux;         // this rank's part of the step's indexer loss (sum over layers); undefined: none yet
   std::vector<at::Tensor> picks;  // per layer, [B, S, k]: its picks as rank-order columns (key_picks)
-  // The case's transport (CpStepInputs::strategy; "" on one rank). a2a splits the heads (dsa_heads.hpp):
-  // then visible_all is bool [B, W*S, W*S], every rank's queries (rank order) against the keys in `order`.
+  // The case's transport (CpStepInputs::strategy; "" on one rank). a2a and hybrid split the heads over
+  // Ulysses groups of `ulysses` consecutive ranks (a2a: one group of W; dsa_heads.hpp): then visible_all is
+  // bool [B, U*S, W*S], the group's queries (rank order) against the keys in `order`.
   std::string transport;
+  int64_t ulysses = 1;
   at::Tensor visible_all;
-  [[nodiscard]] bool head_split() const { return world > 1 && transport == "a2a"; }
+  [[nodiscard]] bool head_split() const { return world > 1 && (transport == "a2a" || transport == "hybrid"); }
 
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
   // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes.
@@ -59,7 +61,7 @@ struct DsaStepContext final : MixerStepContext {
   [[nodiscard]] at::Tensor aux_loss() const override { return aux; }
   [[nodiscard]] at::Tensor key_picks() const override;
   [[nodiscard]] int64_t bytes_per_layer() const override;
-  [[nodiscard]] std::string strategy_name() const override { return head_split() ? "a2a (DSA)" : "allgather (DSA)"; }
+  [[nodiscard]] std::string strategy_name() const override { return head_split() ? transport + " (DSA)" : "allgather (DSA)"; }
 };
 
 // The step's contexts (the attention mixer's single_rank_context / cp_context call these).

@@ -63,16 +63,18 @@ struct DsaDims {
 [[nodiscard]] int64_t backward_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens, int64_t element_size);
 
 // The head-split path's exchanges of one layer call, each with what a rank sends forward and backward
-// (formulas above; the key-side gather not included). Needs H % W == 0.
+// (formulas above with W read as the Ulysses degree U in the head exchanges, N = cp S still: hybrid splits
+// the heads over groups of U ranks, a2a is U = W; the key-side gather, over all cp ranks, not included).
+// Needs H % U == 0.
 struct Exchange {
   std::string name;
   int64_t forward = 0, backward = 0;
 };
-[[nodiscard]] std::vector<Exchange> head_split_exchanges(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t batch,
-                                                         int64_t local_tokens, int64_t element_size);
+[[nodiscard]] std::vector<Exchange> head_split_exchanges(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses,
+                                                         int64_t batch, int64_t local_tokens, int64_t element_size);
 // The same summed, the key-side gather included: what a rank sends per layer call, forward + backward.
-[[nodiscard]] int64_t head_split_bytes(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t batch, int64_t local_tokens,
-                                       int64_t element_size);
+[[nodiscard]] int64_t head_split_bytes(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses, int64_t batch,
+                                       int64_t local_tokens, int64_t element_size);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

@@ -1,10 +1,14 @@
 #pragma once
-// DeepSeek Sparse Attention where the heads split (the `a2a` transport, Ulysses): the attention's heads
-// AND the indexer's heads are split over the CP group, each query's index score summed over the head
-// group before its top-k. The rules are dsa.hpp's; the step context (order, visibility, loss rows, the
+// DeepSeek Sparse Attention where the heads split (the `a2a` transport, Ulysses, and `hybrid`): the
+// attention's heads AND the indexer's heads are split over a Ulysses group of U consecutive ranks (a2a:
+// U = W, one group; hybrid: W/U groups), each query's index score summed over the head group before its
+// top-k. On hybrid the key side is all-gathered over all W ranks, not passed around the ring across
+// groups: DSA's key side is small (r + dr + d_I values a token) and every rank must pick among every
+// visible key (the two-round ring is the ring transport's). The steps below are a2a's; on hybrid read the
+// group's U S queries where "all N queries" is said (the keys stay N = W S), and U for W in the head split. The rules are dsa.hpp's; the step context (order, visibility, loss rows, the
 // key-side gather) is dsa_context.hpp's; the wire is dsa_costs.hpp's head_split_exchanges.
 //
-// One layer call on rank u of W (N = W S; H % W == 0, the a2a transport's own check before ranks start):
+// One layer call on rank u of W (N = W S; H % U == 0, the transport's own check before ranks start):
 //   1. The key side [latent, k_I] is all-gathered and put in global order, as on allgather (the MLA latent
 //      is every head's: MQA form).
 //   2. q [B, H, S, dn + dr], q_I [B, S, H_I, d_I] and the head weights w [B, S, H_I] go head-parallel by
