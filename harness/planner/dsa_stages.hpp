@@ -6,7 +6,7 @@
 //
 //   indexer  sum over rank r's queries of indexer_flops(n_t)      grows with position: wants head-tail
 //   sparse   sum over rank r's queries of sparse_core_flops(n_t)  min(k, n_t) + a per-token term: flat past k
-//   wire     dsa_costs::forward_bytes + backward_bytes per call on the transports of dsa_transports()
+//   wire     dsa_costs::forward_bytes + backward_bytes per call on the transports of dsa_key_side_transports()
 //            (allgather: the latent, the rope key and the index key, r + dr + d_I values per token)
 //
 // n_t = the query's visible keys (mask_area's count, padding queries included as the transports count

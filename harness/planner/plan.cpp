@@ -149,13 +149,13 @@ Plan make_plan(const PlanRequest& request) {
   const bool dsa = attention && has_dsa(m);
   const dsa_costs::DsaDims dsa_d = dsa_dims(m);
   if (dsa) {
-    const auto carriers = dsa_transports();
+    const auto carriers = dsa_key_side_transports();
     note("DSA (index heads " + std::to_string(dsa_d.index_heads) + " x " + std::to_string(dsa_d.index_head_dim) +
          ", top-" + std::to_string(dsa_d.topk) + ", " + std::to_string(dsa_indexer_layers(m)) + " of " +
          std::to_string(m.attention_layers()) + " layers with their own indexer): every case prices the indexer "
          "and the sparse core per rank and the key-side wire (" +
          std::to_string(dsa_costs::wire_elements_per_token(dsa_d)) + " values per token); planned on " +
-         carriers.front() + (carriers.size() > 1 ? " and the others DSA runs on" : " only (the transport DSA runs on)"));
+         "allgather and ring (a2a / hybrid, whose head split adds the score sums, are not planned)");
   }
   for (int64_t W : r.cps) {
     StreamCache cache;
@@ -187,7 +187,7 @@ Plan make_plan(const PlanRequest& request) {
           const double ideal = total_time / static_cast<double>(W);
           PlanCase base;
           if (dsa) {
-            const auto carriers = dsa_transports();
+            const auto carriers = dsa_key_side_transports();
             if (std::find(carriers.begin(), carriers.end(), transport) == carriers.end()) continue;
           }
           if (attention) {

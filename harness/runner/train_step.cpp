@@ -131,7 +131,8 @@ StepTimes run_step(CaseContext& x, AttentionStats& stats, RankTimeline* trace, S
       in.dtype = c.dtype;
       in.device = x.device;
       in.nvtx = x.nvtx;
-      in.strategy = m->strategy_axis().empty() ? c.transport : c.mixer_strategy(*m);  // attention's: its transport
+      in.strategy = m->strategy_axis().empty() ? c.transport : c.mixer_strategy(*m);  // attention: its transport
+      in.ulysses = c.ulysses;
       if (x.control) in.fault = x.control->mixer_fault(m->name(), ControlSite{x.cp_rank, c.cp, c.dtype});
       auto ctx = m->cp_context(x.s.model, in);
       if (!ctx) continue;

@@ -76,7 +76,8 @@ struct CpStepInputs {
   at::ScalarType dtype = at::kDouble;
   at::Device device = at::kCPU;
   std::string nvtx;      // "cp:<sharder>"
-  std::string strategy;  // the case's strategy for this mixer (one of strategies())
+  std::string strategy;  // the case's strategy for this mixer (one of strategies()); attention: the transport
+  int64_t ulysses = 0;   // the case's Ulysses degree (transport hybrid); 0 for every other transport
   std::string fault;     // the case's negative control's fault for this mixer on this rank ("" = none)
 };
 

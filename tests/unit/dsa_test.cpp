@@ -202,6 +202,48 @@ std::string refusal(const std::string& yaml) {
   return "accepted";
 }
 
+// The head-split (a2a) wire at DeepSeek-V3.2's dims, 8 ranks of 16K tokens (N = 128K), bf16, written out by
+// hand: 7 other ranks' blocks of 16384 rows; 16 query heads and 8 index heads per rank.
+TEST(DsaCosts, HeadSplitWireAtDeepSeekV32Dims) {
+  const auto d = deepseek_v32();
+  const int64_t rows = int64_t{7} * 16384, n = 131072;
+  const auto dense = dsa_costs::head_split_exchanges(d, DsaLoss::dense, 8, 8, 1, 16384, 2);
+  const auto sparse = dsa_costs::head_split_exchanges(d, DsaLoss::sparse, 8, 8, 1, 16384, 2);
+  ASSERT_EQ(dense.size(), 7U);
+  ASSERT_EQ(sparse.size(), 8U);
+  const auto find = [](const std::vector<dsa_costs::Exchange>& x, const std::string& name) {
+    for (const auto& e : x)
+      if (e.name == name) return e;
+    ADD_FAILURE() << "no exchange " << name;
+    return dsa_costs::Exchange{};
+  };
+  EXPECT_EQ(find(dense, "q").forward, rows * 16 * 192 * 2);
+  EXPECT_EQ(find(dense, "q_I").backward, rows * 8 * 128 * 2);
+  EXPECT_EQ(find(dense, "head weights").forward, rows * 8 * 4);  // float32
+  EXPECT_EQ(find(dense, "output").backward, rows * 16 * 128 * 2);
+  // The price of the head split: every row's whole score, both ways under the dense stage (56 GiB
+  // forward per layer per rank here), forward only under the sparse one (the top-k's input).
+  EXPECT_EQ(find(dense, "score sum").forward, rows * n * 4);
+  EXPECT_EQ(find(dense, "score sum").backward, rows * n * 4);
+  EXPECT_EQ(find(sparse, "score sum").backward, 0);
+  EXPECT_EQ(find(dense, "picks").forward, rows * 2048 * 8);
+  EXPECT_EQ(find(dense, "KL target").forward, rows * n * 4);
+  EXPECT_EQ(find(sparse, "KL target").forward, rows * 2048 * 4);
+  EXPECT_EQ(find(sparse, "picked score").backward, rows * 2048 * 4);
+  // Fewer index heads than ranks: padded with zero heads, one a rank (2 heads over W = 4: 1, 1, 0, 0).
+  auto two = d;
+  two.index_heads = 2;
+  EXPECT_EQ(find(dsa_costs::head_split_exchanges(two, DsaLoss::dense, 4, 4, 1, 100, 8), "q_I").forward,
+            int64_t{3} * 100 * 1 * 128 * 8);
+  // hybrid, U = 2 of W = 8: one other group rank's block, 64 query heads a rank, every key (N = 128K).
+  const auto hybrid = dsa_costs::head_split_exchanges(d, DsaLoss::dense, 8, 2, 1, 16384, 2);
+  EXPECT_EQ(find(hybrid, "q").forward, int64_t{16384} * 64 * 192 * 2);
+  EXPECT_EQ(find(hybrid, "score sum").forward, int64_t{16384} * n * 4);
+  int64_t sum = dsa_costs::forward_bytes(d, 8, 1, 16384, 2) + dsa_costs::backward_bytes(d, 8, 1, 16384, 2);
+  for (const auto& e : dense) sum += e.forward + e.backward;
+  EXPECT_EQ(dsa_costs::head_split_bytes(d, DsaLoss::dense, 8, 8, 1, 16384, 2), sum);
+}
+
 TEST(DsaScenario, KeyAndItsRefusals) {
   const std::string mla = "mla: {kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 12, v_head_dim: 10}";
   const auto yaml = [&](const std::string& attention) {
@@ -229,7 +271,9 @@ TEST(DsaScenario, KeyAndItsRefusals) {
   const MaskSpec causal = MaskSpec::parse("causal");
   EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "allgather", causal, false), "");
   EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "ring", causal, false), "");
-  for (const char* t : {"a2a", "hybrid"}) {
+  EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "a2a", causal, false), "");  // the heads split (dsa_heads.hpp)
+  EXPECT_EQ(dsa_unsupported_reason(s.model.attention, "hybrid", causal, false), "");
+  for (const char* t : {"ring_window"}) {
     why = dsa_unsupported_reason(s.model.attention, t, causal, false);
     EXPECT_NE(why.find("model.attention.dsa"), std::string::npos) << t << ": " << why;
   }

@@ -37,7 +37,7 @@ TEST(PlanDsa, TwoStagesPerLayoutByHand) {
   r.sharders = {"contiguous", "load_balanced"};
   r.cluster = plan::cluster_preset("h100-nvlink");
   const plan::Plan p = plan::make_plan(r);
-  // The transports dsa_transports() lists (allgather, ring: the same key-side bytes), nothing else.
+  // The transports dsa_key_side_transports() lists (allgather, ring: the same key-side bytes), nothing else.
   for (const auto& c : p.cases) EXPECT_TRUE(c.transport == "allgather" || c.transport == "ring") << c.transport;
   // contiguous: rank 0 holds positions 0..3 (n = 1..4), rank 1 4..7 (n = 5..8).
   const plan::DsaCase& contiguous = case_of(p, "contiguous").dsa;

@@ -184,19 +184,38 @@ at::Tensor dense_logits(const at::Tensor& q, const at::Tensor& latent, const at:
   return at::einsum("bhqd,bkd->bhqk", {a.q, latent.to(a.q.scalar_type())}) * scale;
 }
 
+at::Tensor head_probability_sum(const at::Tensor& target_logits, const at::Tensor& keep) {
+  CP_CHECK(target_logits.dim() == 4 && keep.dim() == 3 && target_logits.size(0) == keep.size(0) &&
+               target_logits.size(2) == keep.size(1) && target_logits.size(3) == keep.size(2),
+           "dsa indexer loss: target ", shape_str(target_logits.sizes()), " must be [B, H, Sq, N], keep ",
+           shape_str(keep.sizes()), " [B, Sq, N]");
+  at::NoGradGuard no_grad;
+  const at::Tensor drop = keep.logical_not();
+  const at::Tensor empty = drop.all(-1, /*keepdim=*/true);  // [B, Sq, 1]
+  at::Tensor t = target_logits.detach().masked_fill(drop.unsqueeze(1), -kInf).masked_fill(empty.unsqueeze(1), 0.0);
+  return at::softmax(t, -1).sum(1).masked_fill(drop, 0.0);
+}
+
+at::Tensor indexer_kl_of_sum(const at::Tensor& probability_sum, int64_t heads, const at::Tensor& index,
+                             const at::Tensor& keep) {
+  CP_CHECK(index.dim() == 3 && keep.sizes() == index.sizes() && probability_sum.sizes() == index.sizes() && heads > 0,
+           "dsa indexer loss: the target's head sum ", shape_str(probability_sum.sizes()), ", index ",
+           shape_str(index.sizes()), " and keep ", shape_str(keep.sizes()), " must all be [B, Sq, N] (", heads, " heads)");
+  const at::Tensor drop = keep.logical_not();
+  const at::Tensor empty = drop.all(-1, /*keepdim=*/true);  // [B, Sq, 1]
+  const at::Tensor p = (probability_sum.detach() / static_cast<double>(heads)).masked_fill(drop, 0.0);
+  const at::Tensor li = index.masked_fill(drop, -kInf).masked_fill(empty, 0.0);
+  const at::Tensor logq = at::log_softmax(li, -1).masked_fill(drop, 0.0);
+  return (at::xlogy(p, p) - p * logq).sum(-1).masked_fill(empty.squeeze(-1), 0.0);
+}
+
 at::Tensor indexer_kl(const at::Tensor& target_logits, const at::Tensor& index, const at::Tensor& keep) {
   CP_CHECK(target_logits.dim() == 4 && index.dim() == 3 && keep.sizes() == index.sizes() &&
                target_logits.size(0) == index.size(0) && target_logits.size(2) == index.size(1) &&
                target_logits.size(3) == index.size(2),
            "dsa indexer loss: target ", shape_str(target_logits.sizes()), " must be [B, H, Sq, N], index ",
            shape_str(index.sizes()), " and keep ", shape_str(keep.sizes()), " [B, Sq, N]");
-  const at::Tensor drop = keep.logical_not();
-  const at::Tensor empty = drop.all(-1, /*keepdim=*/true);  // [B, Sq, 1]
-  at::Tensor t = target_logits.detach().masked_fill(drop.unsqueeze(1), -kInf).masked_fill(empty.unsqueeze(1), 0.0);
-  const at::Tensor p = (at::softmax(t, -1).sum(1) / static_cast<double>(t.size(1))).masked_fill(drop, 0.0);
-  const at::Tensor li = index.masked_fill(drop, -kInf).masked_fill(empty, 0.0);
-  const at::Tensor logq = at::log_softmax(li, -1).masked_fill(drop, 0.0);
-  return (at::xlogy(p, p) - p * logq).sum(-1).masked_fill(empty.squeeze(-1), 0.0);
+  return indexer_kl_of_sum(head_probability_sum(target_logits, keep), target_logits.size(1), index, keep);
 }
 
 }  // namespace cpbench::kernels::dsa

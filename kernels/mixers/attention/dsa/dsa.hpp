@@ -89,6 +89,12 @@ struct SparseMla {
 // (detached here), index [B, Sq, N] differentiable, keep bool [B, Sq, N]: the keys the KL runs over (the
 // visible keys, or the valid picks).
 [[nodiscard]] at::Tensor indexer_kl(const at::Tensor& target_logits, const at::Tensor& index, const at::Tensor& keep);
+// indexer_kl in two halves, for a caller whose heads are split over ranks (dsa_heads.hpp): the target's
+// softmax over `keep`, summed over the heads given, [B, Sq, N] (no gradient; 0 where not kept), and the KL
+// from such a sum over all `heads` heads (p = sum / heads). indexer_kl is the one composed of the other two.
+[[nodiscard]] at::Tensor head_probability_sum(const at::Tensor& target_logits, const at::Tensor& keep);
+[[nodiscard]] at::Tensor indexer_kl_of_sum(const at::Tensor& probability_sum, int64_t heads, const at::Tensor& index,
+                                           const at::Tensor& keep);
 
 // The compute dtype of DSA's scores and softmax: float64 for float64, float32 otherwise.
 [[nodiscard]] at::ScalarType score_dtype(at::ScalarType input);

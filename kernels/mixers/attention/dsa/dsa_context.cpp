@@ -83,6 +83,12 @@ std::shared_ptr<DsaStepContext> make_dsa_cp_context(const AttentionConfig& confi
     g.score_bytes = c.two_rounds() ? dsa_costs::ring_score_bytes(c.dims, W, c.batch, S, e) : 0;
     g.collect_bytes = dsa_costs::forward_bytes(c.dims, W, c.batch, S, e) - g.score_bytes;
     g.return_bytes = dsa_costs::backward_bytes(c.dims, W, c.batch, S, e);
+  } else if (ctx->head_split()) {  // dsa_heads.hpp: the Ulysses group's queries against every key
+    ctx->ulysses = ctx->transport == "hybrid" ? in.ulysses : W;
+    CP_CHECK(ctx->ulysses >= 1 && W % ctx->ulysses == 0, "model.attention.dsa (", ctx->transport, "): ulysses ",
+             ctx->ulysses, " does not divide W = ", W);
+    const int64_t q = ctx->ulysses * S;
+    ctx->visible_all = build_mask(in.mask, all.narrow(1, ctx->rank / ctx->ulysses * q, q), keys);
   }
   ctx->row_valid = valid_of(local);
   // The sequence's valid rows (every rank counts the same from the gathered metadata); the control counts
@@ -170,6 +176,8 @@ void DsaStepContext::add_picks(const at::Tensor& layer_picks) {
 at::Tensor DsaStepContext::key_picks() const { return picks.empty() ? at::Tensor() : at::cat(picks, -1); }
 
 int64_t DsaStepContext::bytes_per_layer() const {  // allgather's and ring's alike (dsa_costs.hpp)
+  if (head_split())
+    return dsa_costs::head_split_bytes(dims, config.loss, world, ulysses, batch, local_tokens, element_size);
   return dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size) +
          dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size);
 }
@@ -191,18 +199,19 @@ DsaStepContext& dsa_context(const LayerStep& step) {
   return *ctx;
 }
 
-std::vector<std::string> dsa_transports() { return {"allgather", "ring"}; }
+std::vector<std::string> dsa_transports() { return {"allgather", "ring", "a2a", "hybrid"}; }
+std::vector<std::string> dsa_key_side_transports() { return {"allgather", "ring"}; }
 
 std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport, const MaskSpec& mask,
                                    bool sdpa_hook) {
   if (!config.dsa.enabled()) return "";
   const auto t = dsa_transports();
   if (std::find(t.begin(), t.end(), transport) == t.end())
-    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather and ring (the key "
-                       "side gathered in global order, or passed in blocks; a2a / hybrid do not carry it yet)";
-  if (transport == "ring" && config.dsa.shared_layers() > 0)
-    return "ring: model.attention.dsa.indexer_types with shared layers runs on allgather only (a shared layer's "
-           "latent-only pass on ring is not written yet)";
+    return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather, ring, a2a and hybrid "
+                       "only";
+  if (transport != "allgather" && config.dsa.shared_layers() > 0)
+    return transport + ": model.attention.dsa.indexer_types with shared layers runs on allgather only (a shared "
+                       "layer's latent-only pass on ring and the head split is not written yet)";
   if (config.sinks != 0) return "model.attention.dsa does not take learned sinks (model.attention.sinks)";
   if (sdpa_hook) return "model.attention.dsa runs on the transport routing only (not through the SDPA hook)";
   if (mask.kind != MaskSpec::Kind::causal && mask.kind != MaskSpec::Kind::document)

@@ -60,6 +60,12 @@ struct DsaStepContext final : MixerStepContext {
   // control). Set by each full layer's forward.
   at::Tensor shared_picks;
   const DsaIndexer* last_indexer = nullptr;
+  // The case's transport (CpStepInputs::strategy; "" on one rank). a2a and hybrid split the heads over
+  // Ulysses groups of `ulysses` consecutive ranks (a2a: one group of W; dsa_heads.hpp): then visible_all is
+  // bool [B, U*S, W*S], the group's queries (rank order) against the keys in `order`.
+  int64_t ulysses = 1;
+  at::Tensor visible_all;
+  [[nodiscard]] bool head_split() const { return world > 1 && (transport == "a2a" || transport == "hybrid"); }
 
   // [B, S, n] of this rank -> [B, W*S, n] of every rank, columns in `order`. Differentiable (the
   // gradient is reduce-scattered home in the accumulation dtype); checks and counts its bytes (n: a full
@@ -96,11 +102,13 @@ struct DsaStepContext final : MixerStepContext {
 [[nodiscard]] DsaStepContext& dsa_context(const LayerStep& step);
 
 // "" when a case can run DSA layers; else the one-line reason naming the key (admission asks it before
-// any rank starts): the transports that carry DSA (allgather, ring), the masks its top-k takes (causal,
+// any rank starts): the transports that carry DSA (allgather, ring, a2a, hybrid), the masks its top-k takes (causal,
 // document), the transport routing, no learned sinks.
 [[nodiscard]] std::string dsa_unsupported_reason(const AttentionConfig& config, const std::string& transport,
                                                  const MaskSpec& mask, bool sdpa_hook);
-// The transports that carry DSA.
+// The transports that carry DSA; of them, those whose wire is the key side alone (dsa_costs forward_bytes +
+// backward_bytes: allgather, ring), the ones the planner prices (a2a / hybrid add the head split's score sums).
+[[nodiscard]] std::vector<std::string> dsa_key_side_transports();
 [[nodiscard]] std::vector<std::string> dsa_transports();
 
 }  // namespace cpbench

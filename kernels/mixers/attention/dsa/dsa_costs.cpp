@@ -22,6 +22,35 @@ int64_t ring_score_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t lo
   return (cp - 1) * batch * local_tokens * d.index_head_dim * element_size;
 }
 
+std::vector<Exchange> head_split_exchanges(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses, int64_t batch,
+                                           int64_t local_tokens, int64_t element_size) {
+  const int64_t u = ulysses;
+  const int64_t rows = (u - 1) * batch * local_tokens;  // what a rank sends: its U-1 blocks of S rows each
+  const int64_t n = cp * local_tokens, k = std::min(d.topk, n), e = element_size, c = std::max<int64_t>(4, e);
+  const int64_t hi = (d.index_heads + u - 1) / u;  // index heads per rank (padded to a multiple of U)
+  const int64_t q = rows * (d.heads / u) * d.mla.qk_head_dim() * e, qi = rows * hi * d.index_head_dim * e,
+                w = rows * hi * c, out = rows * (d.heads / u) * d.mla.v_head_dim * e;
+  const bool dense = loss == DsaLoss::dense;
+  std::vector<Exchange> x{{"q", q, q},
+                          {"q_I", qi, qi},
+                          {"head weights", w, w},
+                          {"score sum", rows * n * c, dense ? rows * n * c : 0},
+                          {"picks", rows * k * 8, 0},
+                          {"KL target", rows * (dense ? n : k) * c, 0}};
+  if (!dense) x.push_back({"picked score", rows * k * c, rows * k * c});
+  x.push_back({"output", out, out});
+  return x;
+}
+
+int64_t head_split_bytes(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses, int64_t batch,
+                         int64_t local_tokens, int64_t element_size) {
+  int64_t sum = forward_bytes(d, cp, batch, local_tokens, element_size) +
+                backward_bytes(d, cp, batch, local_tokens, element_size);
+  for (const Exchange& x : head_split_exchanges(d, loss, cp, ulysses, batch, local_tokens, element_size))
+    sum += x.forward + x.backward;
+  return sum;
+}
+
 double indexer_flops(const DsaDims& d, double keys) {
   return 2.0 * static_cast<double>(d.index_heads * (d.index_head_dim + 1)) * keys;
 }

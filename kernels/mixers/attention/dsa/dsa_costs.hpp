@@ -28,9 +28,29 @@
 // carrying their rows), round 2 the latent (r + dr); the dense stage passes the whole key side once. Either
 // way each key-side value crosses each link once: forward_bytes / backward_bytes as allgather's (704 values
 // per token at DeepSeek-V3.2's dims), round 1's part of the forward ring_score_bytes.
+//
+// Wire (the head-split path, a2a: dsa_heads.hpp): the key side all-gathered as above, plus per call the
+// all-to-alls of the query side and the index score's sums over the head group. With N = W S the sequence,
+// K = min(k, N), e the input's element size and c = max(4, e) the score dtype's (float32 / float64), a rank
+// sends, forward / backward:
+//   q            (W-1) B S (H/W) (dn + dr) e        / the same            (heads <-> tokens)
+//   q_I          (W-1) B S H_u d_I e                / the same    (H_u = ceil(H_I / W) index heads a rank)
+//   head weights (W-1) B S H_u c                    / the same
+//   score sum    (W-1) B S N c  (reduce-scatter by query rows of each rank's partial [B, N, N])
+//                                                   / dense: the same (its gradient); sparse: 0 (detached)
+//   picks        (W-1) B S K 8  (all-gather)        / 0
+//   KL target    dense (W-1) B S N c, sparse (W-1) B S K c (the heads' probability sums)  / 0
+//   picked score sparse only: (W-1) B S K c         / the same (the KL's gradient at the picks)
+//   output       (W-1) B S (H/W) dv e               / the same
+// The score sum is the price of splitting the heads: [B, N, N] per rank per layer against the key-side
+// gather's 704 values per token (at N = 128K, W = 8, bf16: 56 GiB forward against 0.15 GiB per layer per rank
+// for a row of B = 1; the transport to use for DSA at length is allgather or ring).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/attention/mla_dims.hpp"
+#include "kernels/mixers/attention/dsa/dsa_config.hpp"
 
 namespace cpbench::dsa_costs {
 
@@ -54,6 +74,20 @@ struct DsaDims {
 // forward_bytes.
 [[nodiscard]] int64_t ring_score_bytes(const DsaDims& d, int64_t cp, int64_t batch, int64_t local_tokens,
                                        int64_t element_size);
+
+// The head-split path's exchanges of one layer call, each with what a rank sends forward and backward
+// (formulas above with W read as the Ulysses degree U in the head exchanges, N = cp S still: hybrid splits
+// the heads over groups of U ranks, a2a is U = W; the key-side gather, over all cp ranks, not included).
+// Needs H % U == 0.
+struct Exchange {
+  std::string name;
+  int64_t forward = 0, backward = 0;
+};
+[[nodiscard]] std::vector<Exchange> head_split_exchanges(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses,
+                                                         int64_t batch, int64_t local_tokens, int64_t element_size);
+// The same summed, the key-side gather included: what a rank sends per layer call, forward + backward.
+[[nodiscard]] int64_t head_split_bytes(const DsaDims& d, DsaLoss loss, int64_t cp, int64_t ulysses, int64_t batch,
+                                       int64_t local_tokens, int64_t element_size);
 
 // Forward FLOPs of one query that sees `keys` keys (formulas above).
 [[nodiscard]] double indexer_flops(const DsaDims& d, double keys);

@@ -4,6 +4,7 @@
 
 #include "kernels/mixers/attention/dsa/dsa.hpp"
 #include "kernels/mixers/attention/dsa/dsa_context.hpp"
+#include "kernels/mixers/attention/dsa/dsa_heads.hpp"
 #include "sharders/core/check.hpp"
 
 namespace cpbench {
@@ -102,11 +103,17 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
   const at::Tensor hi = detach ? h.detach() : h;
   // ---- The key side by transport, the one dispatch (dsa_context.hpp): ring's sparse stage picks in two rounds
   // and collects only the picked rows; every other case (allgather; ring's dense stage) has every key in
-  // global order. (Shared layers on ring are refused before ranks start: dsa_unsupported_reason.)
+  // global order; a2a / hybrid split the heads (dsa_heads.hpp). (Shared layers on ring, a2a and hybrid are refused before
+  // ranks start: dsa_unsupported_reason.)
   if (ctx.two_rounds()) {
     ctx.last_indexer = this;
     const Projected pr = project(hi, rope);
     return attend_two_rounds(ctx, c_, q, pr.q_idx, pr.w, at::cat({latent, pr.k_idx}, -1), w_up, d_.latent_dim(), dn);
+  }
+  if (ctx.head_split()) {
+    ctx.last_indexer = this;
+    const Projected pr = project(hi, rope);
+    return dsa_head_split_attend({q, latent, w_up, pr.q_idx, pr.k_idx, pr.w}, c_, d_, ctx);
   }
   const Picked p = pick(hi, latent, rope, ctx);
   ctx.shared_picks = p.picks;  // what the shared layers after this one attend
