@@ -277,12 +277,10 @@ TEST(DsaScenario, KeyAndItsRefusals) {
     why = dsa_unsupported_reason(s.model.attention, t, causal, false);
     EXPECT_NE(why.find("model.attention.dsa"), std::string::npos) << t << ": " << why;
   }
-  {  // GLM-5's shared indexer layers: allgather only (ring's latent-only pass for them is not written).
+  {  // GLM-5's shared indexer layers: on every DSA transport (scenarios/dsa_shared*.yaml).
     AttentionConfig shared = s.model.attention;
     shared.dsa.indexer_kinds = {DsaIndexerKind::full, DsaIndexerKind::shared};
-    EXPECT_EQ(dsa_unsupported_reason(shared, "allgather", causal, false), "");
-    EXPECT_NE(dsa_unsupported_reason(shared, "ring", causal, false).find("model.attention.dsa.indexer_types"),
-              std::string::npos);
+    for (const char* t : {"allgather", "ring", "a2a", "hybrid"}) EXPECT_EQ(dsa_unsupported_reason(shared, t, causal, false), "") << t;
   }
   EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", causal, true), "");
   EXPECT_NE(dsa_unsupported_reason(s.model.attention, "allgather", MaskSpec::parse("full"), false), "");

@@ -107,9 +107,9 @@ at::Tensor DsaStepContext::gather_keys(const at::Tensor& local, bool shared) con
            shared ? " (a shared indexer layer)" : "", ", the formula says ", dsa_costs::wire_elements_per_token(dims, shared));
   const int64_t fwd = dsa_costs::forward_bytes(dims, world, batch, local_tokens, element_size, shared);
   const int64_t bwd = dsa_costs::backward_bytes(dims, world, batch, local_tokens, element_size, shared);
-  if (transport == "ring") {  // every row, in global order, collected as the blocks pass
-    CP_CHECK(!shared, "model.attention.dsa.indexer_types: a shared layer on ring (refused before ranks start; rank ",
-             rank, ")");
+  // Ring: every row, in global order, collected as the blocks pass. A shared layer's latent (GLM-5's
+  // indexer_types) is all-gathered on every transport: the same bytes as a ring pass (dsa_costs.hpp).
+  if (transport == "ring" && !shared) {
     const at::Tensor all = at::arange(world * local_tokens, ring.key_global.options());
     if (bytes_sent) *bytes_sent += bytes_per_layer();
     return kernels::dsa::ring_collect(ring, local.contiguous(), all.unsqueeze(0).expand({batch, world * local_tokens}));
@@ -209,9 +209,6 @@ std::string dsa_unsupported_reason(const AttentionConfig& config, const std::str
   if (std::find(t.begin(), t.end(), transport) == t.end())
     return transport + ": model.attention.dsa (DeepSeek Sparse Attention) runs on allgather, ring, a2a and hybrid "
                        "only";
-  if (transport != "allgather" && config.dsa.shared_layers() > 0)
-    return transport + ": model.attention.dsa.indexer_types with shared layers runs on allgather only (a shared "
-                       "layer's latent-only pass on ring and the head split is not written yet)";
   if (config.sinks != 0) return "model.attention.dsa does not take learned sinks (model.attention.sinks)";
   if (sdpa_hook) return "model.attention.dsa runs on the transport routing only (not through the SDPA hook)";
   if (mask.kind != MaskSpec::Kind::causal && mask.kind != MaskSpec::Kind::document)

@@ -84,6 +84,7 @@ at::Tensor dsa_head_split_attend(const DsaLayerTensors& t, const DsaConfig& c, c
                                ? kernels::dsa::select_topk_unstable(scores, ctx.visible, c.topk)
                                : kernels::dsa::select_topk(scores, ctx.visible, c.topk);  // [B, S, K]
   ctx.add_picks(picks);
+  ctx.shared_picks = picks;  // what GLM-5's shared layers after this one attend (dsa_indexer.cpp)
   // 4. The group's queries' picks (rank order), sparse MLA over them for this rank's heads.
   const int64_t K = picks.size(2);
   const at::Tensor all_picks =

@@ -27,6 +27,7 @@ at::Tensor attend_two_rounds(DsaStepContext& ctx, const DsaConfig& c, const at::
   const kernels::dsa::RingPicks round1 = ctx.ring_picks(q_idx, w, key_side.narrow(-1, L, dI));
   const at::Tensor& picks = round1.picks;
   ctx.add_picks(picks);
+  ctx.shared_picks = picks;  // what GLM-5's shared layers after this one attend
   const at::Tensor rows = ctx.ring_rows(key_side, round1);  // [B, S, K, L + d_I]
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const kernels::dsa::SparseMla sp = kernels::dsa::sparse_mla_rows(q, rows.narrow(-1, 0, L), w_up, picks, dn, scale);
@@ -103,8 +104,7 @@ at::Tensor DsaIndexer::attend(const at::Tensor& h, const at::Tensor& q, const at
   const at::Tensor hi = detach ? h.detach() : h;
   // ---- The key side by transport, the one dispatch (dsa_context.hpp): ring's sparse stage picks in two rounds
   // and collects only the picked rows; every other case (allgather; ring's dense stage) has every key in
-  // global order; a2a / hybrid split the heads (dsa_heads.hpp). (Shared layers on ring, a2a and hybrid are refused before
-  // ranks start: dsa_unsupported_reason.)
+  // global order; a2a / hybrid split the heads (dsa_heads.hpp). Each sets the picks the shared layers reuse.
   if (ctx.two_rounds()) {
     ctx.last_indexer = this;
     const Projected pr = project(hi, rope);
